@@ -1,0 +1,88 @@
+# gpuforge — thin entry points; the logic lives in src/gpuforge and roles/.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SPEC   ?= examples/topologies/lab.yaml
+PHASE  ?= 1
+ROLE   ?=
+export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
+export ANSIBLE_CONFIG  := $(CURDIR)/ansible.cfg
+
+SYSTEM_PACKAGES := python3-venv podman runc debootstrap uidmap apt-utils gnupg dpkg-dev slirp4netns
+
+.PHONY: help
+help: ## Show this help
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: $(STAMP) ## Create .venv and install gpuforge with pinned dependencies
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'  # --no-compile: the ansible collections are 30k+ files
+	touch $@
+
+.PHONY: system-deps
+system-deps: ## Install the Debian packages the lab and Molecule need (root)
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+.PHONY: test
+test: lint test-unit test-integration ## Everything: lint, unit, Molecule and lab integration tests
+
+.PHONY: test-unit
+test-unit: setup ## Fast unit tests (no containers)
+	$(BIN)/pytest -q tests/unit -n 2
+
+.PHONY: test-integration
+test-integration: setup system-deps ## Molecule scenarios and lab integration tests (podman)
+	$(BIN)/pytest -q tests/integration
+
+.PHONY: lint
+lint: setup ## ruff, mypy --strict, yamllint, ansible-lint (production profile)
+	$(BIN)/ruff check src tests validators lab
+	$(BIN)/ruff format --check src tests validators lab
+	$(BIN)/mypy src
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+
+.PHONY: bench
+bench: setup ## Print measured performance figures
+	$(PY) bench/topology_bench.py
+
+.PHONY: deploy-phase
+# With the default lab spec, deploy-phase first brings the container lab up (idempotent).
+LAB_SPEC := examples/topologies/lab.yaml
+deploy-phase: setup $(if $(filter $(LAB_SPEC) $(CURDIR)/$(LAB_SPEC),$(SPEC)),lab-up) ## Provision, validate and admit one rollout phase (PHASE=1 SPEC=lab)
+	$(BIN)/gpuforge inventory generate $(SPEC) -o build/inventory
+
+.PHONY: lab-image
+lab-image: setup system-deps ## Build the lab node image and the signed lab mirror (cached)
+	$(BIN)/gpuforge lab image
+	$(BIN)/gpuforge lab mirror
+
+.PHONY: lab-up
+lab-up: lab-image ## Bring up one container per node of SPEC (idempotent)
+	$(BIN)/gpuforge lab up $(SPEC)
+
+.PHONY: lab-down
+lab-down: setup ## Remove the lab: containers, network, SSH key, state (LAB=name if several)
+	$(BIN)/gpuforge lab down $(if $(LAB),--lab $(LAB))
+
+.PHONY: molecule
+molecule: lab-image ## Run one role's Molecule scenario: make molecule ROLE=<role>
+	@test -n "$(ROLE)" || { echo "usage: make molecule ROLE=<role>" >&2; exit 2; }
+	cd roles/$(ROLE) && env -u ANSIBLE_CONFIG PATH="$(CURDIR)/$(BIN):$$PATH" \
+	  GPUFORGE_MOLECULE_INSTANCE=gpuforge-molecule-$(ROLE) $(CURDIR)/$(BIN)/molecule test
+
+.PHONY: clean
+clean: ## Remove build outputs (keeps .venv)
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,114 @@
+"""Real Slurm jobs across the scenario's containers, run from the controller."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from gpuforge import slurm
+from gpuforge.slurm import CommandResult
+
+testinfra_hosts = ["ansible://gfslurm-ctl01"]
+
+NODES = ["gfslurm-gpu01", "gfslurm-gpu02"]
+SRUN = "timeout 120 srun --immediate=60"
+
+
+class HostRunner:
+    """Runs gpuforge's Slurm operations on the controller through testinfra's connection."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
+        cmd = self.host.run(f"timeout {int(timeout)} {shlex.join(argv)}")
+        return CommandResult(cmd.rc, cmd.stdout, cmd.stderr)
+
+
+def sinfo(host: Any) -> dict[str, slurm.SinfoRow]:
+    out = host.check_output(f"sinfo --noheader --Node --format='{slurm.SINFO_FORMAT}'")
+    return {row.node: row for row in slurm.parse_sinfo(out)}
+
+
+def wait_idle(host: Any, node: str, timeout: float = 90.0) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = sinfo(host)[node].state
+        if state == "idle":
+            break
+        time.sleep(2)
+    return state
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_node_idle_in_gpu_partition(host: Any, node: str) -> None:
+    assert wait_idle(host, node) == "idle"
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_node_partition_is_gpu(host: Any, node: str) -> None:
+    assert sinfo(host)[node].partition == "gpu"
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_node_has_gpu_gres(host: Any, node: str) -> None:
+    assert sinfo(host)[node].gres == "gpu:h100:8"
+
+
+def test_srun_two_nodes_gives_two_hostnames(host: Any) -> None:
+    out = host.check_output(f"{SRUN} -N2 hostname")
+    assert sorted(out.split()) == NODES
+
+
+def test_gpu_partition_job_with_gres(host: Any) -> None:
+    out = host.check_output(f"{SRUN} -p gpu -N2 --gres=gpu:h100:8 hostname")
+    assert sorted(out.split()) == NODES
+
+
+def test_job_within_one_switch(host: Any) -> None:
+    out = host.check_output(f"{SRUN} -N2 --switches=1@00:00:30 hostname")
+    assert sorted(out.split()) == NODES
+
+
+def test_topology_matches_generated_file(host: Any) -> None:
+    out = host.check_output("scontrol show topology")
+    leaf = next(line for line in out.splitlines() if line.startswith("SwitchName=leaf-su01"))
+    assert "Level=0" in leaf
+    assert "Nodes=gfslurm-gpu[01-02]" in leaf
+
+
+def test_topology_has_spine_above_leaf(host: Any) -> None:
+    out = host.check_output("scontrol show topology")
+    spine = next(line for line in out.splitlines() if line.startswith("SwitchName=spine"))
+    assert "Level=1" in spine
+    assert "Switches=leaf-su01" in spine
+
+
+def test_configless_nodes_fetch_configuration(host: Any) -> None:
+    out = host.check_output("scontrol show config")
+    assert "enable_configless" in out
+
+
+def test_drained_node_gets_no_work_and_returns_after_resume(host: Any) -> None:
+    runner = HostRunner(host)
+    reason = "molecule: drain test"
+    drained = slurm.drain(runner, NODES[0], reason)
+    assert [c.changed for c in drained] == [True]
+    again = slurm.drain(runner, NODES[0], reason)
+    assert [c.changed for c in again] == [False]
+    row = sinfo(host)[NODES[0]]
+    assert (row.state, row.reason) == ("drained", reason)
+    placed = {host.check_output(f"{SRUN} -N1 hostname").strip() for _ in range(4)}
+    assert placed == {NODES[1]}
+    two = host.run("timeout 60 srun --immediate=5 -N2 hostname")
+    assert two.rc != 0
+    resumed = slurm.resume(runner, NODES[0], "molecule: resume test")
+    assert [c.changed for c in resumed] == [True]
+    assert wait_idle(host, NODES[0]) == "idle"
+    out = host.check_output(f"{SRUN} -N2 hostname")
+    assert sorted(out.split()) == NODES

@@ -1,0 +1,184 @@
+"""``gpuforge deploy`` and ``gpuforge status``: the phased rollout."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option
+from gpuforge.errors import InputError
+from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
+from gpuforge.rollout.state import NodeState, StateStore, open_store
+from gpuforge.rollout.steps import AnsibleSteps, controller_runner
+from gpuforge.rollout.ui import DeployProgress
+from gpuforge.rollout.validation import validate_with_validators
+from gpuforge.slurm import expand_nodes
+from gpuforge.topology import load_cluster
+from gpuforge.topology.expand import Cluster
+
+spec_argument = click.argument(
+    "spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+state_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("GPUFORGE_STATE_DIR", "state"),
+    show_default="state/ or $GPUFORGE_STATE_DIR",
+    help="Where the rollout record (SQLite) and the lock live.",
+)
+
+
+def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
+    base = state_dir / cluster.name
+    return open_store(base / "rollout.db"), base / "rollout.lock"
+
+
+@click.command("deploy")
+@click.option("--phase", "phase_number", type=int, required=True, help="Rollout phase (1-based).")
+@spec_argument
+@click.option(
+    "--inventory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Inventory to reach the nodes (default: inventory/<cluster>).",
+)
+@click.option("--level", type=click.Choice(LEVELS), default="full", show_default=True)
+@click.option("--only", help="Only these nodes of the phase (hostlist), e.g. after a repair.")
+@click.option("--redo", is_flag=True, help="Provision and validate admitted nodes again.")
+@click.option("--force", "force_reason", help="Start although the previous gate failed; REASON.")
+@state_option
+@click.option(
+    "--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports")
+)
+def deploy(
+    phase_number: int,
+    spec: Path | None,
+    inventory: Path | None,
+    level: str,
+    only: str | None,
+    redo: bool,
+    force_reason: str | None,
+    state_dir: Path,
+    report_dir: Path,
+) -> None:
+    """Provision, validate and admit one rollout phase of SPEC, resumably."""
+    cluster = load_cluster(spec or DEFAULT_SPEC)
+    phases = {p.number: p for p in cluster.phases}
+    if phase_number not in phases:
+        raise InputError(f"{cluster.name} has phases {sorted(phases)}, not {phase_number}")
+    phase = phases[phase_number]
+    inventory = inventory or Path("inventory") / cluster.name
+    if not (inventory / "hosts.yml").is_file():
+        raise InputError(
+            f"no inventory at {inventory}: run `gpuforge inventory generate SPEC -o {inventory}` "
+            "and add the connection settings, or pass --inventory"
+        )
+    controllers = [n.hostname for n in cluster.by_role("controller")]
+    if not controllers:
+        raise InputError(f"{cluster.name} has no Slurm controller node group")
+    infra = tuple(controllers + [n.hostname for n in cluster.by_role("login")])
+    run_dir = report_dir / cluster.name / f"phase_{phase_number:02d}-{time.strftime('%Y%m%dT%H%M%S')}"
+    console = Console()
+    store, lock = _store(state_dir, cluster)
+    with DeployProgress(console) as progress:
+        steps = AnsibleSteps(
+            inventory=inventory,
+            artifacts=run_dir / "ansible",
+            validate_fn=lambda hosts, lvl, _peers: validate_with_validators(
+                inventory, hosts, lvl, run_dir / "validation"
+            ),
+            slurm_runner=controller_runner(inventory, controllers[0]),
+            on_event=progress.event,
+        )
+        request = DeployRequest(
+            phase=phase_number,
+            hosts=phase.hosts,
+            gate_fraction=phase.min_pass_fraction,
+            infra=infra,
+            only=tuple(expand_nodes(only)) if only else (),
+            redo=redo,
+            force_reason=force_reason,
+        )
+        outcome = deploy_phase(store, steps, request, lock_path=lock, on_stage=progress.stage)
+    from gpuforge.rollout.report import write_phase_report  # noqa: PLC0415
+
+    paths = write_phase_report(store, cluster, outcome, run_dir)
+    _print_outcome(console, store, phase_number, outcome, paths)
+    raise SystemExit(0 if outcome.passed else 1)
+
+
+def _print_outcome(
+    console: Console, store: StateStore, phase: int, outcome: DeployOutcome, paths: list[Path]
+) -> None:
+    table = Table(title=f"phase {phase} — run {outcome.run_id}")
+    for col in ("node", "state", "reason"):
+        table.add_column(col)
+    for node in store.nodes(phase):
+        style = {"admitted": "green", "quarantined": "red", "unreachable": "red"}.get(
+            node.state.value, "yellow"
+        )
+        table.add_row(node.hostname, f"[{style}]{node.state.value}[/]", node.reason)
+    console.print(table)
+    stages = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.stage_seconds.items())
+    console.print(f"stages: {stages}")
+    for note in outcome.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    verdict = "[green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]"
+    console.print(f"gate: {verdict} — {outcome.gate.detail}")
+    for path in [*outcome.report_paths, *paths]:
+        console.print(f"report: {path}")
+
+
+@click.command("status")
+@spec_argument
+@state_option
+@json_option
+def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
+    """Show the rollout at a glance: phases, states, gates, quarantined nodes."""
+    cluster = load_cluster(spec or DEFAULT_SPEC)
+    store, _ = _store(state_dir, cluster)
+    nodes = {n.hostname: n for n in store.nodes()}
+    rows = []
+    for phase in cluster.phases:
+        counts = {s.value: 0 for s in NodeState}
+        for host in phase.hosts:
+            counts[nodes[host].state.value if host in nodes else "new"] += 1
+        gate = store.last_gate(phase.number)
+        rows.append(
+            {
+                "phase": phase.number,
+                "name": phase.name,
+                "nodes": phase.hostlist,
+                "counts": {k: v for k, v in counts.items() if v},
+                "gate": None
+                if gate is None
+                else {"passed": gate.passed, "detail": gate.detail, "run": gate.run_id},
+            }
+        )
+    quarantined = [
+        {"hostname": n.hostname, "phase": n.phase, "state": n.state.value, "reason": n.reason}
+        for n in nodes.values()
+        if n.state in (NodeState.QUARANTINED, NodeState.UNREACHABLE)
+    ]
+    if as_json:
+        echo_json(
+            {"cluster": cluster.name, "phases": rows, "quarantined": quarantined,
+             "overrides": store.overrides()}
+        )
+        return
+    console = Console()
+    table = Table(title=f"rollout of {cluster.name}")
+    for col in ("phase", "nodes", "states", "gate"):
+        table.add_column(col)
+    for row in rows:
+        gate = row["gate"]
+        gate_text = "not run" if gate is None else ("[green]passed[/]" if gate["passed"] else "[red]failed[/]")
+        states = ", ".join(f"{k} {v}" for k, v in row["counts"].items())
+        table.add_row(f"{row['phase']} {row['name']}", str(row["nodes"]), states, gate_text)
+    console.print(table)
+    for q in quarantined:
+        console.print(f"[red]{q['state']}[/] {q['hostname']} (phase {q['phase']}): {q['reason']}")

@@ -1,0 +1,147 @@
+"""``gpuforge slurm``: node state operations (state, drain, resume) on a Slurm controller."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuforge import slurm
+from gpuforge.cli.common import echo_json, json_option
+from gpuforge.errors import InputError, OperationError
+from gpuforge.slurm import NodeChange, Runner
+
+_INVENTORY_TIMEOUT = 120.0
+
+
+def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
+    """Resolve ``host``'s variables the way Ansible does (hosts.yml plus group_vars)."""
+    if not inventory.exists():
+        raise InputError(f"inventory {inventory} does not exist (gpuforge inventory generate)")
+    binary = shutil.which("ansible-inventory")
+    if binary is None:
+        raise OperationError("ansible-inventory is not installed (make setup)")
+    runner = slurm.LocalRunner()
+    result = runner.run([binary, "-i", str(inventory), "--host", host], timeout=_INVENTORY_TIMEOUT)
+    if result.rc != 0:
+        raise InputError(f"host {host} is not in inventory {inventory}: {result.stderr.strip()}")
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def _runner(via: str | None, inventory: Path | None) -> Runner:
+    if via is None:
+        return slurm.LocalRunner()
+    if inventory is None:
+        return slurm.SshRunner(via)
+    return slurm.ssh_runner_from_hostvars(via, _hostvars(inventory, via))
+
+
+def _echo_changes(changes: list[NodeChange], as_json: bool) -> None:
+    if as_json:
+        echo_json([c.to_dict() for c in changes])
+        return
+    for change in changes:
+        verb = "changed" if change.changed else "unchanged"
+        click.echo(
+            f"{change.node}: {change.action} {verb} ({change.before} -> {change.after}) "
+            f"reason: {change.reason}"
+        )
+
+
+via_option = click.option(
+    "--via",
+    metavar="HOST",
+    help="Run scontrol on HOST (a controller or login node) over SSH instead of locally.",
+)
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(path_type=Path),
+    help="Inventory whose connection settings (ansible_host, ansible_user, key) reach --via.",
+)
+timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=slurm.DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds each Slurm command may take.",
+)
+
+
+@click.group(name="slurm")
+def slurm_group() -> None:
+    """Read and change Slurm node states (always with a reason)."""
+
+
+@slurm_group.command("state")
+@click.argument("nodes", required=False)
+@via_option
+@inventory_option
+@timeout_option
+@json_option
+def state_cmd(
+    *, nodes: str | None, via: str | None, inventory: Path | None, timeout: float, as_json: bool
+) -> None:
+    """Show the state of NODES (a hostlist expression), or of every node."""
+    states = slurm.node_states(_runner(via, inventory), nodes, timeout=timeout)
+    if as_json:
+        echo_json([s.to_dict() for s in states])
+        return
+    width = max((len(s.name) for s in states), default=4)
+    for s in states:
+        line = f"{s.name:<{width}}  {s.state_text:<24} {','.join(s.partitions) or '-':<12}"
+        line += f" {s.gres or '-':<16}"
+        if s.reason:
+            line += f" {s.reason} [{s.reason_user}@{s.reason_time}]"
+        click.echo(line.rstrip())
+
+
+@slurm_group.command("drain")
+@click.argument("nodes")
+@click.option("--reason", required=True, help="Why the nodes are drained (recorded in Slurm).")
+@via_option
+@inventory_option
+@timeout_option
+@json_option
+def drain_cmd(
+    *,
+    nodes: str,
+    reason: str,
+    via: str | None,
+    inventory: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Drain NODES so they take no new jobs; idempotent for the same reason."""
+    changes = slurm.drain(_runner(via, inventory), nodes, reason, timeout=timeout)
+    _echo_changes(changes, as_json)
+
+
+@slurm_group.command("resume")
+@click.argument("nodes")
+@click.option(
+    "--reason",
+    default="returned to service by gpuforge",
+    show_default=True,
+    help="Why the nodes return to service (printed and returned; Slurm clears node reasons).",
+)
+@via_option
+@inventory_option
+@timeout_option
+@json_option
+def resume_cmd(
+    *,
+    nodes: str,
+    reason: str,
+    via: str | None,
+    inventory: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Return drained or down NODES to service; nodes already in service stay as they are."""
+    changes = slurm.resume(_runner(via, inventory), nodes, reason, timeout=timeout)
+    _echo_changes(changes, as_json)

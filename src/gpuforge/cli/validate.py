@@ -1,0 +1,153 @@
+"""``gpuforge validate``: conformance, burn-in and NCCL acceptance of GPU nodes, then verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gpuforge import slurm
+from gpuforge.errors import InputError
+from gpuforge.validate import pipeline
+from gpuforge.validate.conformance import SuiteRun, run_suite
+from gpuforge.validate.execution import SshRunner, SshTarget
+from gpuforge.validate.report import write_reports
+from gpuforge.validate.result import BatchSummary, Tier, Verdict
+from gpuforge.validate.verdict import SlurmAction, apply_verdicts
+
+
+@dataclass
+class Wiring:
+    """The real collaborators of a run; tests replace :func:`wire` to inject fakes."""
+
+    view: pipeline.ClusterView
+    deps: pipeline.Deps
+    slurm_runner: slurm.Runner | None
+
+
+def _suite(inventory: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+    return run_suite(inventory, hosts, work)
+
+
+def wire(inventory: Path, *, need_slurm: bool) -> Wiring:
+    """Build the real wiring from an inventory directory."""
+    view = pipeline.ClusterView.load(inventory)
+    meta = view.inventory.get("_meta", {}).get("hostvars", {})
+    runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
+    deps = pipeline.Deps(
+        runner=runner, run_suite=_suite, collective=pipeline.make_collective(runner)
+    )
+    slurm_runner = None
+    if need_slurm:
+        ctl = view.controller()
+        slurm_runner = slurm.ssh_runner_from_hostvars(ctl, view.hostvars(ctl))
+    return Wiring(view, deps, slurm_runner)
+
+
+def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
+    acted = {a.node: a for a in actions}
+    table = Table(title=f"gpuforge validate ({summary.tier.value})")
+    for col in ("node", "verdict", "reasons", "warnings", "slurm"):
+        table.add_column(col)
+    style = {Verdict.ADMIT: "green", Verdict.QUARANTINE: "red", Verdict.HOLD: "magenta"}
+    for n in summary.nodes:
+        a = acted.get(n.node)
+        table.add_row(
+            n.node,
+            f"[{style[n.verdict]}]{n.verdict.value}[/]",
+            ", ".join(n.reasons),
+            ", ".join(n.warnings),
+            f"{a.action}: {a.detail}" if a else "",
+        )
+    return table
+
+
+@click.command("validate")
+@click.option(
+    "--inventory",
+    "inventory",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Generated inventory directory (gpuforge inventory generate).",
+)
+@click.option("--limit", help="GPU nodes to validate, as a hostlist (gpu[001-016]).")
+@click.option("--phase", type=int, help="Validate the GPU nodes of this rollout phase.")
+@click.option(
+    "--level",
+    type=click.Choice([t.value for t in Tier]),
+    default=Tier.QUICK.value,
+    show_default=True,
+    help="quick: conformance; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
+)
+@click.option("--drain", is_flag=True, help="Drain failing nodes and resume passing ones.")
+@click.option(
+    "--report-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("build/validate"),
+    show_default=True,
+    help="Where validation.json, junit.xml and report.html go.",
+)
+@click.option("--gpu-burn-seconds", type=int, default=300, show_default=True)
+@click.option(
+    "--dcgm-level",
+    type=click.Choice(["2", "3"]),
+    default="3",
+    show_default=True,
+    help="3 for new or repaired nodes (the rollout); 2 for periodic rechecks.",
+)
+@click.option("--reservation", help="Slurm maintenance reservation covering drained nodes.")
+def validate(
+    *,
+    inventory: Path,
+    limit: str | None,
+    phase: int | None,
+    level: str,
+    drain: bool,
+    report_dir: Path,
+    gpu_burn_seconds: int,
+    dcgm_level: str,
+    reservation: str | None,
+) -> None:
+    """Validate GPU nodes and decide admit / quarantine / hold for each.
+
+    Exit 0 every node admitted; 1 a node failed (or the fabric has a finding); 2 the
+    validation could not run or left nodes inconclusive (held, never drained).
+    """
+    if limit and phase is not None:
+        raise InputError("give --limit or --phase, not both")
+    wiring = wire(inventory, need_slurm=drain)
+    hosts = wiring.view.select(limit=limit, phase=phase)
+    opts = pipeline.Options(
+        level=Tier(level),
+        gpu_burn_seconds=gpu_burn_seconds,
+        dcgm_level=int(dcgm_level),
+        reservation=reservation,
+        work_dir=report_dir,
+    )
+    summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
+    actions: list[SlurmAction] = []
+    if drain and wiring.slurm_runner is not None:
+        actions = apply_verdicts(summary, wiring.slurm_runner)
+    paths = write_reports(summary, report_dir, actions=[a.to_dict() for a in actions])
+    console = Console(stderr=False, soft_wrap=True)
+    console.print(_table(summary, actions))
+    for f in summary.findings:
+        console.print(f"[red]fabric[/] {f.kind} {f.subject}: {f.detail}")
+    held = summary.by_verdict(Verdict.HOLD)
+    if held and drain:
+        console.print(
+            f"[magenta]{len(held)} node(s) held: results inconclusive, not drained "
+            "and not resumed[/]"
+        )
+    if summary.fatal:
+        console.print(f"[red]validation could not run:[/] {summary.fatal}")
+    counts = summary.counts()
+    console.print(
+        f"admit {counts['admit']}, quarantine {counts['quarantine']}, hold {counts['hold']}; "
+        f"reports: {paths['json']}, {paths['junit']}, {paths['html']}"
+    )
+    raise SystemExit(summary.exit_code)

@@ -1,0 +1,30 @@
+"""The one exception hierarchy; the CLI maps ``exit_code`` to the process exit status.
+
+Exit codes: 0 success, 1 a check or operation failed, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+
+class GpuforgeError(Exception):
+    """Root of every error gpuforge raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(GpuforgeError):
+    """Bad input: a broken spec, file or argument. Nothing was written."""
+
+    exit_code = 2
+
+
+class OperationError(GpuforgeError):
+    """An operation (a command, a play, a container) failed."""
+
+    exit_code = 1
+
+
+class CheckFailed(GpuforgeError):
+    """A validation ran and found something wrong."""
+
+    exit_code = 1

@@ -1,0 +1,3 @@
+"""Files derived from an expanded cluster: Ansible inventory, Slurm node and topology files."""
+
+from __future__ import annotations

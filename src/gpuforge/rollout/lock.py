@@ -1,0 +1,70 @@
+"""One operator at a time per cluster.
+
+The lock is an ``flock`` on a file beside the rollout record: the kernel drops it when its holder
+dies, so a lock cannot outlive its process. The file also names the holder (host, pid, start time,
+command), which is what a second operator is shown, and what tells a stale file from a live lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gpuforge.errors import OperationError
+
+
+class LockHeld(OperationError):
+    """Another live process holds the cluster's lock."""
+
+
+def _describe(info: dict[str, object]) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(str(info.get("since", 0)))))
+    return f"pid {info.get('pid')} on {info.get('host')} since {started} ({info.get('command')})"
+
+
+@contextmanager
+def cluster_lock(path: Path, command: str) -> Iterator[str | None]:
+    """Hold the cluster lock for the block. Yields a note when a stale holder was found, else None.
+
+    Raises :class:`LockHeld` at once (never waits) when another process holds it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.pread(fd, 4096, 0).decode(errors="replace")
+            try:
+                holder = _describe(json.loads(raw))
+            except ValueError:
+                holder = "an unknown process"
+            raise LockHeld(
+                f"another gpuforge run holds the lock for this cluster: {holder}; "
+                f"wait for it to finish (lock file {path})"
+            ) from None
+        stale: str | None = None
+        raw = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        if raw:
+            try:
+                stale = f"took over a stale lock left by {_describe(json.loads(raw))}, which died"
+            except ValueError:
+                stale = "took over an unreadable stale lock file"
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        info["command"] = command
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        os.fsync(fd)
+        try:
+            yield stale
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -1,0 +1,95 @@
+"""The phase report: JSON for machines, one HTML page for people."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, select_autoescape
+
+from gpuforge.rollout.deploy import DeployOutcome
+from gpuforge.rollout.state import StateStore
+from gpuforge.topology.expand import Cluster
+
+REPORT_SCHEMA_VERSION = 1
+
+_HTML = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{{ r.cluster }} phase {{ r.phase }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse}td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}
+.admitted{color:#1a7f37}.quarantined,.unreachable{color:#cf222e;font-weight:600}
+.passed{color:#1a7f37}.failed{color:#cf222e}
+</style></head><body>
+<h1>{{ r.cluster }} — phase {{ r.phase }} (run {{ r.run_id }})</h1>
+<p>Gate: <b class="{{ 'passed' if r.gate.passed else 'failed' }}">
+{{ 'PASSED' if r.gate.passed else 'FAILED' }}</b> — {{ r.gate.detail }}</p>
+<h2>Stages</h2>
+<table><tr><th>stage</th><th>seconds</th><th>per node</th></tr>
+{% for s, secs in r.stage_seconds.items() %}<tr><td>{{ s }}</td><td>{{ '%.1f' % secs }}</td>
+<td>{{ '%.2f' % (secs / (r.nodes|length or 1)) }}</td></tr>{% endfor %}</table>
+<h2>Nodes</h2>
+<table><tr><th>node</th><th>rack</th><th>state</th><th>reason</th></tr>
+{% for n in r.nodes %}<tr><td>{{ n.hostname }}</td><td>{{ n.rack }}</td>
+<td class="{{ n.state }}">{{ n.state }}</td><td>{{ n.reason }}</td></tr>{% endfor %}</table>
+{% if r.notes %}<h2>Notes</h2><ul>{% for n in r.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% if r.reports %}<h2>Validation reports</h2><ul>
+{% for p in r.reports %}<li><a href="{{ p }}">{{ p }}</a></li>{% endfor %}</ul>{% endif %}
+</body></html>
+"""
+
+
+def phase_report(
+    store: StateStore, cluster: Cluster, outcome: DeployOutcome, run_dir: Path
+) -> dict[str, Any]:
+    """The report's content as plain data (the JSON file's schema)."""
+    phase = outcome.gate.phase
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "cluster": cluster.name,
+        "phase": phase,
+        "run_id": outcome.run_id,
+        "gate": {
+            "passed": outcome.gate.passed,
+            "admitted": outcome.gate.admitted,
+            "total": outcome.gate.total,
+            "required_fraction": outcome.gate.required,
+            "detail": outcome.gate.detail,
+        },
+        "stage_seconds": {k: round(v, 3) for k, v in outcome.stage_seconds.items()},
+        "nodes": [
+            {
+                "hostname": n.hostname,
+                "rack": cluster.node(n.hostname).rack,
+                "su": cluster.node(n.hostname).su,
+                "state": n.state.value,
+                "reason": n.reason,
+            }
+            for n in store.nodes(phase)
+        ],
+        "notes": list(outcome.notes),
+        "reports": [os.path.relpath(p, run_dir) for p in outcome.report_paths],
+    }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    Path(tmp).replace(path)
+
+
+def write_phase_report(
+    store: StateStore, cluster: Cluster, outcome: DeployOutcome, run_dir: Path
+) -> list[Path]:
+    """Write ``phase.json`` and ``phase.html`` into ``run_dir``; return their paths."""
+    data = phase_report(store, cluster, outcome, run_dir)
+    json_path, html_path = run_dir / "phase.json", run_dir / "phase.html"
+    _atomic_write(json_path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    env = Environment(autoescape=select_autoescape(default=True))
+    _atomic_write(html_path, env.from_string(_HTML).render(r=data))
+    return [json_path, html_path]

@@ -1,0 +1,93 @@
+"""The real deploy steps: Ansible for preflight and provisioning, the validators, Slurm admission."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuforge import slurm
+from gpuforge.errors import OperationError
+from gpuforge.rollout.deploy import Validation
+from gpuforge.runner import EventHandler, RunResult, run_playbook
+
+ValidateFn = Callable[[list[str], str, list[str]], Validation]
+
+
+def host_vars(inventory: Path, host: str, *, timeout: float = 60) -> dict[str, Any]:
+    """A host's variables as Ansible resolves them from ``inventory``."""
+    try:
+        proc = subprocess.run(
+            ["ansible-inventory", "-i", str(inventory), "--host", host],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise OperationError(f"ansible-inventory --host {host} timed out after {timeout}s") from exc
+    if proc.returncode != 0:
+        raise OperationError(f"ansible-inventory --host {host}: {proc.stderr.strip()[-500:]}")
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def controller_runner(inventory: Path, controller: str) -> slurm.SshRunner:
+    """Run Slurm commands on ``controller`` over SSH with the inventory's connection settings."""
+    return slurm.ssh_runner_from_hostvars(controller, host_vars(inventory, controller))
+
+
+@dataclass
+class AnsibleSteps:
+    """Steps of a deploy against real (or lab) nodes reached through ``inventory``."""
+
+    inventory: Path
+    artifacts: Path  # ansible-runner event logs, one folder per play
+    validate_fn: ValidateFn
+    slurm_runner: slurm.Runner
+    on_event: EventHandler | None = None
+    runs: dict[str, RunResult] = field(default_factory=dict)
+
+    def _play(self, name: str, playbook: str, hosts: list[str]) -> RunResult:
+        result = run_playbook(
+            playbook,
+            self.inventory,
+            limit=",".join(hosts),
+            artifact_dir=self.artifacts / name,
+            on_event=self.on_event,
+        )
+        self.runs[name] = result
+        return result
+
+    def preflight(self, hosts: list[str]) -> dict[str, str]:
+        result = self._play("preflight", "preflight.yml", hosts)
+        problems = {h: f"unreachable: {m}" for h, m in result.unreachable.items()}
+        problems.update({h: f"preflight: {m}" for h, m in result.failed.items()})
+        silent = sorted(set(hosts) - set(result.hosts) - set(problems))
+        problems.update(dict.fromkeys(silent, "preflight: the play never reached this host"))
+        return problems
+
+    def provision(self, hosts: list[str]) -> dict[str, str]:
+        result = self._play("provision", "site.yml", hosts)
+        failed = dict(result.failed)
+        failed.update({h: f"unreachable during provisioning: {m}" for h, m in result.unreachable.items()})
+        if result.status not in ("successful", "failed"):
+            failed.update(
+                {h: f"play {result.status} (rc {result.rc})" for h in hosts if h not in failed}
+            )
+        return failed
+
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+        return self.validate_fn(hosts, level, admitted)
+
+    def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
+        if admitted:
+            slurm.resume(self.slurm_runner, admitted, "gpuforge: validation passed")
+        by_reason: dict[str, list[str]] = {}
+        for host, reason in quarantined.items():
+            by_reason.setdefault(f"gpuforge: {reason}"[:250], []).append(host)
+        for reason, hosts in sorted(by_reason.items()):
+            slurm.drain(self.slurm_runner, hosts, reason)

@@ -1,0 +1,180 @@
+"""The one facade over ansible-runner: :func:`run_playbook` returns a typed :class:`RunResult`.
+
+Speed defaults: the Mitogen strategy (``mitogen_linear``) when the pinned ``mitogen`` package is
+importable, with pipelining and a persistent SSH control socket from ``ansible.cfg``. Set
+``GPUFORGE_ANSIBLE_STRATEGY=linear`` (or ``free``) to switch back to a stock Ansible strategy, e.g.
+right after an ansible-core upgrade that Mitogen does not support yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from gpuforge.errors import OperationError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = REPO_ROOT / "playbooks"
+
+Event = dict[str, Any]
+EventHandler = Callable[[Event], None]
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failures: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one playbook run did."""
+
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    rc: int
+    hosts: dict[str, HostStats]
+    failed: dict[str, str]  # host -> message of its first failed task
+    unreachable: dict[str, str]  # host -> connection error
+    artifact_dir: Path
+    strategy: str
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok_hosts(self) -> list[str]:
+        return sorted(h for h in self.hosts if h not in self.failed and h not in self.unreachable)
+
+
+def strategy_settings() -> tuple[str, dict[str, str]]:
+    """The Ansible strategy to use and the environment that selects it."""
+    wanted = os.environ.get("GPUFORGE_ANSIBLE_STRATEGY", "mitogen_linear")
+    if not wanted.startswith("mitogen"):
+        return wanted, {"ANSIBLE_STRATEGY": wanted}
+    try:
+        import ansible_mitogen  # noqa: PLC0415  (optional accelerator, looked up only when asked)
+    except ImportError:
+        return "linear", {"ANSIBLE_STRATEGY": "linear"}
+    plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
+    return wanted, {"ANSIBLE_STRATEGY": wanted, "ANSIBLE_STRATEGY_PLUGINS": str(plugins)}
+
+
+def _message(event_data: Mapping[str, Any]) -> str:
+    res = event_data.get("res") or {}
+    if not isinstance(res, Mapping):
+        return str(res)[:500]
+    msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+    task = event_data.get("task", "")
+    return f"{task}: {str(msg).strip()[:500]}" if task else str(msg)[:500]
+
+
+def run_playbook(
+    playbook: Path | str,
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    tags: str | None = None,
+    artifact_dir: Path | None = None,
+    on_event: EventHandler | None = None,
+    timeout_s: int = 3600,
+    forks: int = 16,
+) -> RunResult:
+    """Run ``playbook`` against ``inventory`` and return what happened to each host.
+
+    The full event log stays under ``artifact_dir`` (ansible-runner's artifacts). ``timeout_s``
+    bounds the whole run; ansible-runner stops the play when it is exceeded.
+    """
+    playbook_path = Path(playbook)
+    if not playbook_path.is_absolute():
+        playbook_path = PLAYBOOKS / playbook_path
+    if not playbook_path.is_file():
+        raise OperationError(f"playbook not found: {playbook_path}")
+    strategy, env = strategy_settings()
+    env = {
+        **env,
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles"),
+        "ANSIBLE_FORKS": str(forks),
+    }
+    private = Path(tempfile.mkdtemp(prefix="gpuforge-runner-"))
+    artifacts = artifact_dir or private / "artifacts"
+    failed: dict[str, str] = {}
+    unreachable: dict[str, str] = {}
+    facts: dict[str, dict[str, Any]] = {}
+
+    def handler(event: Event) -> bool:
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        kind = event.get("event")
+        if host and kind == "runner_on_failed" and not data.get("ignore_errors"):
+            failed.setdefault(host, _message(data))
+        elif host and kind == "runner_on_unreachable":
+            unreachable.setdefault(host, _message(data))
+        elif host and kind == "runner_on_ok":
+            res = data.get("res") or {}
+            if isinstance(res, Mapping) and "ansible_facts" in res:
+                facts.setdefault(host, {}).update(res["ansible_facts"])
+        if on_event is not None:
+            on_event(event)
+        return True
+
+    try:
+        run = ansible_runner.run(
+            private_data_dir=str(private),
+            artifact_dir=str(artifacts),
+            playbook=str(playbook_path),
+            inventory=str(inventory),
+            limit=limit,
+            extravars=dict(extravars or {}),
+            tags=tags,
+            envvars=env,
+            event_handler=handler,
+            quiet=True,
+            timeout=timeout_s,
+            rotate_artifacts=0,
+        )
+    finally:
+        shutil.rmtree(private / "env", ignore_errors=True)
+    stats = run.stats or {}
+    hosts: dict[str, HostStats] = {}
+    for key, attr in (
+        ("ok", "ok"),
+        ("changed", "changed"),
+        ("failures", "failures"),
+        ("dark", "unreachable"),
+        ("skipped", "skipped"),
+    ):
+        for host, count in (stats.get(key) or {}).items():
+            current = hosts.get(host, HostStats())
+            hosts[host] = HostStats(**{**_as_dict(current), attr: count})
+    for host in (*failed, *unreachable):
+        hosts.setdefault(host, HostStats())
+    return RunResult(
+        status=str(run.status),
+        rc=int(run.rc),
+        hosts=hosts,
+        failed=failed,
+        unreachable=unreachable,
+        artifact_dir=Path(artifacts),
+        strategy=strategy,
+        facts=facts,
+    )
+
+
+def _as_dict(stats: HostStats) -> dict[str, int]:
+    return {
+        "ok": stats.ok,
+        "changed": stats.changed,
+        "failures": stats.failures,
+        "unreachable": stats.unreachable,
+        "skipped": stats.skipped,
+    }

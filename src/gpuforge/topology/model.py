@@ -1,0 +1,253 @@
+"""The topology spec: frozen pydantic models, one YAML file per cluster.
+
+Field-level rules live here; rules that relate several fields (subnets that must hold every
+node, phases that must cover every GPU node, racks that must hold their power) live in
+``gpuforge.topology.validate`` so that each problem can name its own field path.
+"""
+
+from __future__ import annotations
+
+import re
+from ipaddress import IPv4Address, IPv4Network
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["controller", "login", "gpu", "storage"]
+FabricKind = Literal["infiniband", "roce"]
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+){1,3}([-~+][0-9A-Za-z.]+)?$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
+_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DOMAIN_RE = re.compile(r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+Name = Annotated[str, Field(pattern=_NAME_RE.pattern, description="lower-case name: a-z, 0-9, -")]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Nic(_Spec):
+    """A compute NIC: one rail of the compute fabric."""
+
+    device: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="RDMA device, e.g. mlx5_0")
+    netdev: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,15}$", description="Linux netdev, e.g. ib0 or ens1f0np0"
+    )
+    rate_gbps: Literal[100, 200, 400, 800] = Field(description="Link rate in Gb/s")
+
+
+class NodeType(_Spec):
+    """Hardware of one kind of node."""
+
+    gpu_model: str | None = Field(
+        default=None, description="GPU model, e.g. H100-SXM-80GB, H200-SXM-141GB, B200, GB200"
+    )
+    gpus: int = Field(default=0, ge=0, le=16, description="GPUs per node")
+    gres_type: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_]+$",
+        description="Slurm GRES type; default: the GPU model's first word, lower-case (h100)",
+    )
+    nvlink_domain: int = Field(
+        default=0, ge=0, le=576, description="GPUs per NVLink domain: 8 for HGX, 72 for NVL72"
+    )
+    nvswitch: bool = Field(default=False, description="NVSwitch present (Fabric Manager runs)")
+    sockets: int = Field(ge=1, le=8)
+    cores_per_socket: int = Field(ge=1, le=512)
+    threads_per_core: int = Field(ge=1, le=8)
+    memory_mb: int = Field(ge=1024, description="Memory Slurm may schedule (RealMemory), MiB")
+    power_kw: float = Field(gt=0, le=200, description="Peak power draw of one node, kW")
+    rails: tuple[Nic, ...] = Field(default=(), description="Compute NICs, in rail order")
+    management_nic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,15}$")
+    storage_nics: tuple[str, ...] = Field(default=())
+
+    @model_validator(mode="after")
+    def _gpu_fields(self) -> NodeType:
+        if self.gpus and not self.gpu_model:
+            raise ValueError("gpu_model is required when gpus > 0")
+        if self.gpus and self.nvlink_domain and self.nvlink_domain % self.gpus:
+            raise ValueError(
+                f"nvlink_domain ({self.nvlink_domain}) must be a multiple of gpus ({self.gpus})"
+            )
+        return self
+
+    @property
+    def slurm_gres_type(self) -> str:
+        if self.gres_type:
+            return self.gres_type
+        return (self.gpu_model or "gpu").split("-")[0].lower()
+
+    @property
+    def nvlink_nodes(self) -> int:
+        """Nodes per NVLink domain (1 for HGX boards, 18 for an NVL72 rack)."""
+        if not self.gpus or self.nvlink_domain <= self.gpus:
+            return 1
+        return self.nvlink_domain // self.gpus
+
+
+class NodeGroup(_Spec):
+    """A group of identical nodes with one role."""
+
+    name: Name
+    role: Role
+    count: int = Field(ge=1, le=200_000)
+    hostname: str = Field(description="Pattern with {index}, e.g. gpu{index:05d}")
+    node_type: str
+    first_index: int = Field(default=1, ge=0, description="Index of the group's first node")
+
+    @field_validator("hostname")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        if "{index" not in value:
+            raise ValueError("hostname pattern must contain {index}, e.g. gpu{index:05d}")
+        try:
+            sample = value.format(index=1)
+        except (KeyError, ValueError, IndexError) as exc:
+            raise ValueError(f"hostname pattern cannot be formatted: {exc}") from None
+        if not _LABEL_RE.match(sample):
+            raise ValueError(f"pattern gives {sample!r}, not a valid lower-case DNS label")
+        return value
+
+
+class Layout(_Spec):
+    """Physical layout: racks and scalable units (SUs) of GPU nodes."""
+
+    nodes_per_rack: int = Field(ge=1, le=128)
+    racks_per_su: int = Field(ge=1, le=256)
+    rack_power_kw: float = Field(gt=0, description="Usable power per rack, kW")
+    racks: int | None = Field(
+        default=None, ge=1, description="Racks available for GPU nodes (unlimited when absent)"
+    )
+    service_nodes_per_rack: int = Field(
+        default=16, ge=1, description="Controller/login/storage nodes per service rack"
+    )
+
+    @property
+    def nodes_per_su(self) -> int:
+        return self.nodes_per_rack * self.racks_per_su
+
+
+class Fabric(_Spec):
+    """The compute (east-west) fabric. The number of tiers is derived, never given."""
+
+    kind: FabricKind
+    rails: int = Field(ge=1, le=16, description="Compute NICs per GPU node")
+    rail_optimized: bool = Field(
+        default=True, description="Rail r of every node of an SU goes to that SU's rail-r leaf"
+    )
+    radix: int = Field(ge=4, le=512, description="Ports per switch (QM9700: 64)")
+    oversubscription: float = Field(
+        default=1.0, ge=1.0, le=8.0, description="Leaf down:up bandwidth ratio; 1.0 = 1:1"
+    )
+    switch_model: str | None = Field(default=None, description="Informational, e.g. QM9700")
+
+
+class Subnet(_Spec):
+    """One subnet with its gateway/offset rule: node number i gets network + host_offset + i."""
+
+    subnet: IPv4Network
+    gateway: IPv4Address | None = Field(default=None, description="Default: first host address")
+    host_offset: int = Field(default=10, ge=1, description="Address offset of the first node")
+
+
+class Addressing(_Spec):
+    """Address plan: management, BMC and one compute subnet per rail."""
+
+    management: Subnet
+    bmc: Subnet
+    rails: tuple[Subnet, ...] = Field(description="One subnet per rail (IPoIB or RoCE)")
+
+
+class Versions(_Spec):
+    """Pinned software versions; each must be a quoted version string."""
+
+    nvidia_driver: str
+    cuda: str
+    nccl: str
+    dcgm: str
+    slurm: str
+    doca_ofed: str | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> object:
+        if value is None:
+            return value
+        if not isinstance(value, str):
+            raise ValueError(
+                f"{value!r} is not a version: write it as a quoted string, e.g. '12.8.1'"
+            )
+        if not _VERSION_RE.match(value):
+            raise ValueError(f"{value!r} is not a version (expected digits and dots, e.g. 12.8.1)")
+        return value
+
+
+class Phase(_Spec):
+    """A rollout phase; select its GPU nodes with exactly one of count, sus, hosts or rest.
+
+    ``count``, ``sus`` and ``rest`` take only nodes that no earlier phase took (a canary, then
+    "the rest of SU 1"); ``hosts`` names nodes explicitly and must not overlap earlier phases.
+    """
+
+    name: Name
+    count: int | None = Field(default=None, ge=1, description="The next N GPU nodes in order")
+    sus: tuple[int, ...] | None = Field(default=None, description="Every GPU node of these SUs")
+    hosts: str | None = Field(default=None, description="A Slurm hostlist, e.g. gpu[01-04]")
+    rest: bool = Field(default=False, description="Every GPU node no earlier phase took")
+    min_pass_fraction: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="Gate: fraction of its nodes that must pass"
+    )
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> Phase:
+        given = [
+            n
+            for n, v in (("count", self.count), ("sus", self.sus), ("hosts", self.hosts))
+            if v is not None
+        ] + (["rest"] if self.rest else [])
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of count, sus, hosts, rest (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class Rollout(_Spec):
+    """Phases in order: a canary first, then waves; a phase starts only after the previous gate."""
+
+    phases: tuple[Phase, ...] = Field(min_length=1)
+
+
+class Topology(_Spec):
+    """A whole cluster. See docs/topology.md."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"title": "gpuforge topology spec"}
+    )
+
+    name: Name = Field(description="Cluster name")
+    domain: str = Field(description="DNS domain, e.g. lab.gpuforge.test")
+    node_types: dict[str, NodeType] = Field(min_length=1)
+    node_groups: tuple[NodeGroup, ...] = Field(min_length=1)
+    layout: Layout
+    fabric: Fabric
+    addressing: Addressing
+    versions: Versions
+    rollout: Rollout
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        if not _DOMAIN_RE.match(value):
+            raise ValueError(f"{value!r} is not a lower-case DNS domain")
+        return value
+
+    @field_validator("node_types")
+    @classmethod
+    def _type_names(cls, value: dict[str, NodeType]) -> dict[str, NodeType]:
+        for key in value:
+            if not _NAME_RE.match(key):
+                raise ValueError(f"node type name {key!r} must be lower-case a-z, 0-9, -")
+        return value

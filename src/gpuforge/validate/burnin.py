@@ -1,0 +1,353 @@
+"""Burn-in: DCGM diagnostics, gpu-burn and ib_write_bw per rail, judged from the tools' output.
+
+Every function takes a :class:`~gpuforge.validate.execution.CommandRunner` and returns
+:class:`~gpuforge.validate.result.CheckResult` values; a hang is a ``fail`` with evidence, an
+unreachable node or unreadable output is an ``error`` (the node is held, not drained).
+gpu-burn's exit status is never trusted: it exits 0 with FAULTY GPUs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gpuforge.validate.execution import CommandResult, CommandRunner
+from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
+from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
+
+#: Seconds ``dcgmi diag -r N`` may take (roles/dcgm defaults ``dcgm_diag_timeouts``).
+DCGM_TIMEOUTS = {1: 120, 2: 600, 3: 3600, 4: 14400}
+#: First TCP port of the perftest out-of-band exchange; concurrent pairs use the next ones.
+PERFTEST_PORT = 18515
+
+
+def dcgm_level(*, new_or_repaired: bool) -> int:
+    """``-r 3`` (targeted stress, power, memory bandwidth) for new or repaired hardware, else 2."""
+    return 3 if new_or_repaired else 2
+
+
+def _base(node: str, check: str, res: CommandResult) -> dict[str, Any]:
+    return {
+        "node": node,
+        "check": check,
+        "evidence": res.evidence(),
+        "duration_s": res.duration_s,
+        "tier": Tier.BURNIN,
+    }
+
+
+def _not_concluded(node: str, check: str, res: CommandResult, expected: str) -> CheckResult | None:
+    """The result for a hang (fail) or an unreachable node (error); None when the tool ran."""
+    if res.timed_out:
+        return CheckResult(
+            status=Status.FAIL,
+            measured="hung",
+            expected=expected,
+            message=f"did not finish within its timeout: {res.command}",
+            **_base(node, check, res),
+        )
+    if res.unreachable:
+        return CheckResult(
+            status=Status.ERROR,
+            expected=expected,
+            message="node unreachable",
+            **_base(node, check, res),
+        )
+    return None
+
+
+def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> CheckResult:
+    """``dcgmi diag -r <level> -j``: fail on any failed test, warn on warnings."""
+    check = f"burnin.dcgm_diag_r{level}"
+    expected = "every test Pass or Skip"
+    res = runner.run(node, f"dcgmi diag -r {level} -j", timeout=DCGM_TIMEOUTS.get(level, 3600))
+    early = _not_concluded(node, check, res, expected)
+    if early:
+        return early
+    try:
+        diag = dcgmi.parse(res.stdout or res.stderr)
+    except Exception as exc:  # unreadable output is inconclusive
+        return CheckResult(
+            status=Status.ERROR,
+            expected=expected,
+            message=f"unreadable dcgmi output: {exc}",
+            **_base(node, check, res),
+        )
+    if not diag.completed:
+        return CheckResult(
+            status=Status.ERROR,
+            measured="not completed",
+            expected=expected,
+            message="; ".join(diag.errors) or "dcgmi could not run the diagnostic",
+            **_base(node, check, res),
+        )
+    failed = [
+        f"{t.name}(GPU {','.join(str(r.gpu) for r in t.results if r.status == 'Fail') or '?'})"
+        for t in diag.failed
+    ]
+    warned = [t.name for t in diag.tests if t.status == "Warn"]
+    if failed or diag.errors:
+        status, measured = Status.FAIL, "; ".join(failed + list(diag.errors))
+    elif warned:
+        status, measured = Status.WARN, "warn: " + ", ".join(warned)
+    else:
+        status, measured = Status.PASS, f"{len(diag.tests)} tests passed"
+    return CheckResult(
+        status=status,
+        measured=measured,
+        expected=expected,
+        message="; ".join(e for t in diag.failed for e in t.errors)[:500],
+        **_base(node, check, res),
+    )
+
+
+def gpu_burn_command(seconds: int, binary: str = "gpu_burn", *, doubles: bool = False) -> str:
+    """gpu-burn needs its ``compare.ptx`` next to it: run from its own directory."""
+    args = f"{'-d ' if doubles else ''}{int(seconds)}"
+    return f'cd "$(dirname "$(command -v {binary})")" && {binary} {args}'
+
+
+def gpu_burn_check(
+    runner: CommandRunner,
+    node: str,
+    *,
+    seconds: int,
+    gpus: int,
+    min_gflops: float | None = None,
+    binary: str = "gpu_burn",
+) -> list[CheckResult]:
+    """Run gpu-burn; per-GPU verdicts from its summary, plus the slowest GPU's Gflop/s."""
+    check = "burnin.gpu_burn"
+    expected = f"{gpus} GPUs OK, 0 errors"
+    res = runner.run(node, gpu_burn_command(seconds, binary), timeout=seconds + 180)
+    early = _not_concluded(node, check, res, expected)
+    if early:
+        return [early]
+    try:
+        burn = gpu_burn.parse(res.stdout)
+    except Exception as exc:  # crashed before printing anything readable
+        status = Status.FAIL if res.rc not in (0, None) else Status.ERROR
+        msg = f"exit {res.rc}, unreadable output: {exc}"
+        return [
+            CheckResult(status=status, expected=expected, message=msg, **_base(node, check, res))
+        ]
+    if not burn.complete:
+        status = Status.FAIL if res.rc not in (0, None) else Status.ERROR
+        return [
+            CheckResult(
+                status=status,
+                measured=f"incomplete at {burn.last_progress_percent}%",
+                expected=expected,
+                message=f"no 'Tested N GPUs' summary (exit {res.rc})",
+                **_base(node, check, res),
+            )
+        ]
+    bad = [
+        f"GPU {g.index}: {g.verdict}" + (f" errors={g.errors}" if g.errors else "")
+        for g in burn.gpus
+        if g.verdict != "OK" or g.errors
+    ]
+    if (burn.tested or len(burn.gpus)) != gpus:
+        bad.append(f"tested {burn.tested} GPUs")
+    out = [
+        CheckResult(
+            status=Status.FAIL if bad else Status.PASS,
+            measured="; ".join(bad) or f"{len(burn.gpus)} OK",
+            expected=expected,
+            message="FAULTY GPUs (gpu-burn exits 0 regardless)" if bad else "",
+            **_base(node, check, res),
+        )
+    ]
+    rates = [g.gflops for g in burn.gpus if g.gflops is not None]
+    if rates:
+        low = min(rates)
+        ok = min_gflops is None or low >= min_gflops
+        out.append(
+            CheckResult(
+                node=node,
+                check="burnin.gpu_burn.min_gflops",
+                status=Status.PASS if ok else Status.FAIL,
+                measured=round(low, 1),
+                expected=f">= {min_gflops}" if min_gflops else "within peers",
+                evidence=", ".join(f"GPU {g.index}: {g.gflops}" for g in burn.gpus),
+                tier=Tier.BURNIN,
+            )
+        )
+    return out
+
+
+# --- ib_write_bw between pairs ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RailPair:
+    """One ib_write_bw test: ``server`` and ``client`` on the same rail."""
+
+    rail: int
+    server: str
+    server_device: str
+    server_address: str  # where the client reaches the server's out-of-band TCP port
+    client: str
+    client_device: str
+    port: int = PERFTEST_PORT
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """What one pair measured."""
+
+    pair: RailPair
+    gbps: float
+    server: CommandResult
+    client: CommandResult
+    problem: str = ""
+
+    def evidence(self) -> str:
+        """Both sides' output."""
+        return (
+            f"[server {self.pair.server}]\n{self.server.evidence()}\n"
+            f"[client {self.pair.client}]\n{self.client.evidence()}"
+        )
+
+
+def ib_write_bw_pair(
+    runner: CommandRunner,
+    pair: RailPair,
+    *,
+    seconds: int = 10,
+    timeout: float = 90.0,
+    settle_s: float = 2.0,
+) -> PairResult:
+    """Server on one node, client on the other, both under hard timeouts; Gb/s measured."""
+    common = f"-p {pair.port} -D {seconds} -F --report_gbits -q 4"
+    server_cmd = f"ib_write_bw -d {pair.server_device} {common}"
+    client_cmd = f"ib_write_bw -d {pair.client_device} {common} {shlex.quote(pair.server_address)}"
+    box: dict[str, CommandResult] = {}
+
+    def serve() -> None:
+        box["server"] = runner.run(pair.server, server_cmd, timeout=timeout)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    time.sleep(settle_s)  # let the server listen before the client connects
+    client = runner.run(pair.client, client_cmd, timeout=timeout)
+    thread.join(timeout + 30)
+    server = box.get(
+        "server", CommandResult(pair.server, server_cmd, None, "", "no result", 0.0, True)
+    )
+    if client.timed_out or server.timed_out:
+        return PairResult(pair, 0.0, server, client, "hung")
+    if client.unreachable or server.unreachable:
+        return PairResult(pair, -1.0, server, client, "unreachable")
+    try:
+        gbps = ib_write_bw.parse(client.stdout).max_bw_average_gbps
+    except Exception as exc:  # no table: the test failed to run
+        return PairResult(pair, 0.0, server, client, f"no result: {exc}")
+    return PairResult(pair, gbps, server, client)
+
+
+def ib_write_bw_rail(
+    run_pair: Callable[[RailPair], PairResult],
+    pairs: Sequence[RailPair],
+    *,
+    rate_gbps: float,
+    repair: Callable[[str, str], RailPair],
+) -> list[CheckResult]:
+    """Test ``pairs`` (one rail, disjoint); localize a failing pair by re-pairing each member.
+
+    Each member of a pair below the floor is tested again against a node that passed
+    (``repair(reference, node)`` builds that pair): the member that fails again is the culprit,
+    one that passes is cleared. Without any passing node the pair is inconclusive (error).
+    """
+    floor = ib_write_bw_floor_gbps(rate_gbps)
+    results: list[CheckResult] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(pairs)))) as pool:
+        first = list(pool.map(run_pair, pairs))
+    good = {n for r in first if r.gbps >= floor for n in (r.pair.server, r.pair.client)}
+
+    def result(node: str, device: str, r: PairResult, status: Status, msg: str = "") -> CheckResult:
+        return CheckResult(
+            node=node,
+            check=f"burnin.ib_write_bw[{device}]",
+            status=status,
+            measured=round(r.gbps, 1) if r.gbps >= 0 else None,
+            expected=f">= {floor:g} Gb/s",
+            evidence=r.evidence(),
+            duration_s=max(r.client.duration_s, r.server.duration_s),
+            tier=Tier.BURNIN,
+            message=msg or r.problem,
+        )
+
+    for r in first:
+        p = r.pair
+        if r.gbps >= floor:
+            results.append(result(p.server, p.server_device, r, Status.PASS))
+            results.append(result(p.client, p.client_device, r, Status.PASS))
+            continue
+        if r.gbps < 0:
+            results.append(result(p.server, p.server_device, r, Status.ERROR))
+            results.append(result(p.client, p.client_device, r, Status.ERROR))
+            continue
+        for node, device, other in (
+            (p.server, p.server_device, p.client),
+            (p.client, p.client_device, p.server),
+        ):
+            refs = sorted(good - {node, other})
+            retry_pair = repair(refs[0], node) if refs else None
+            if retry_pair is None:
+                results.append(
+                    result(node, device, r, Status.ERROR, "pair below floor; no known-good partner")
+                )
+                continue
+            retry = run_pair(retry_pair)
+            if retry.gbps >= floor:
+                results.append(
+                    result(node, device, retry, Status.PASS, f"cleared with {retry_pair.server}")
+                )
+            else:
+                results.append(
+                    result(node, device, retry, Status.FAIL, "below floor with two partners")
+                )
+    return results
+
+
+def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[CheckResult]:
+    """Per node, the lowest numeric ``measured`` over checks starting with ``prefix``."""
+    low: dict[str, float] = {}
+    for r in results:
+        if r.check.startswith(prefix) and isinstance(r.measured, int | float):
+            low[r.node] = min(low.get(r.node, float("inf")), float(r.measured))
+    return [
+        CheckResult(node=n, check=check, status=Status.PASS, measured=v, tier=Tier.BURNIN)
+        for n, v in sorted(low.items())
+    ]
+
+
+def rail_pairs(
+    nodes: Sequence[str],
+    rails: Mapping[str, Sequence[Mapping[str, Any]]],
+    address: Mapping[str, str],
+    rail: int,
+) -> list[RailPair]:
+    """Neighbouring nodes paired on ``rail`` (an odd one out is paired in the retry step)."""
+    out = []
+    for i in range(0, len(nodes) - 1, 2):
+        a, b = nodes[i], nodes[i + 1]
+        out.append(
+            RailPair(
+                rail,
+                a,
+                str(rails[a][rail]["device"]),
+                address[a],
+                b,
+                str(rails[b][rail]["device"]),
+                PERFTEST_PORT + i // 2,
+            )
+        )
+    return out

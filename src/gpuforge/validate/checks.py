@@ -1,0 +1,291 @@
+"""Node conformance checks as pure functions: parsed tool output + expectation -> :class:`Outcome`.
+
+The testinfra suite (validators/) gathers the output on the node and asserts on these; keeping
+the judgement here makes every rule unit-testable against real-format samples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuforge.validate.parsers.ibstat import IbstatReport
+from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
+from gpuforge.validate.parsers.nvidia_smi_csv import NvidiaSmiCsv
+from gpuforge.validate.parsers.nvlink import NvlinkStatus
+
+#: Fields the GPU inventory query asks for (``nvidia-smi --query-gpu=... --format=csv``).
+GPU_QUERY = "index,name,pci.bus_id,driver_version,persistence_mode,ecc.mode.current"
+
+#: Clock event reasons that are normal on a healthy, idle or capped GPU.
+BENIGN_CLOCK_REASONS = frozenset(
+    {
+        "gpu idle",
+        "idle",
+        "applications clocks setting",
+        "sw power cap",
+        "power cap",
+        "sync boost",
+        "display clock setting",
+        "none",
+    }
+)
+
+#: Xids that mean hardware (or its driver state) is bad: the node must not run jobs.
+#: Source: NVIDIA "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors): 48 DBE, 63/64 row
+#: remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC,
+#: 119/120 GSP, 140 unrecovered ECC, 143-150 Blackwell NVLink/ECC/GPU errors.
+HARDWARE_XIDS = frozenset(
+    {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 123, 140, 143, 144, 145, 149, 150}
+)
+_XID = re.compile(r"NVRM: Xid \((?P<dev>[^)]*)\): (?P<xid>\d+),")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The judgement of one fact: ``ok`` or not, with what was seen and what was wanted."""
+
+    ok: bool
+    measured: str | int | float | None
+    expected: str | int | float | None
+    detail: str = ""
+
+    def explain(self) -> str:
+        """The assertion message: measured, expected and why."""
+        text = f"measured {self.measured!r}, expected {self.expected!r}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def normalize_model(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``H100 80GB HBM3`` for comparisons."""
+    return re.sub(r"^NVIDIA\s+", "", name.strip(), flags=re.IGNORECASE)
+
+
+def model_matches(product: str, expected_model: str) -> bool:
+    """Does nvidia-smi's product name fit the topology's ``gpu_model`` (``H100-SXM-80GB``)?
+
+    The chip (``H100``) must appear; a memory size in the expected model must appear too.
+    """
+    got = normalize_model(product).upper().replace("-", " ")
+    tokens = expected_model.upper().replace("-", " ").split()
+    if not tokens or tokens[0] not in got.split():
+        return False
+    sizes = [t for t in tokens if re.fullmatch(r"\d+GB", t)]
+    return all(s in got for s in sizes)
+
+
+def gpu_count(csv: NvidiaSmiCsv, expected: int) -> Outcome:
+    """Exactly ``expected`` GPUs visible."""
+    n = len(csv.rows)
+    return Outcome(n == expected, n, expected, "" if n == expected else "GPU missing or extra")
+
+
+def gpu_models(csv: NvidiaSmiCsv, expected_model: str) -> Outcome:
+    """Every GPU is the expected model."""
+    names = [str(r.values.get("name") or "") for r in csv.rows]
+    bad = [n for n in names if not model_matches(n, expected_model)]
+    return Outcome(not bad and bool(names), ",".join(sorted(set(names))), expected_model)
+
+
+def csv_all_equal(csv: NvidiaSmiCsv, field: str, expected: str) -> Outcome:
+    """Every GPU reports ``field`` == ``expected`` (case-insensitive)."""
+    values = [str(r.values.get(field)) for r in csv.rows]
+    bad = sorted({v for v in values if v.lower() != expected.lower()})
+    return Outcome(bool(values) and not bad, ",".join(sorted(set(values))), expected)
+
+
+def exact_version(measured: str | None, expected: str) -> Outcome:
+    """An installed version equals the pinned one (a package version may carry a ``-1`` suffix)."""
+    got = (measured or "").strip()
+    base = got.split(":", 1)[-1]  # epoch
+    ok = bool(got) and (base == expected or base.startswith(expected + "-"))
+    return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
+
+
+def _gpu_label(g: GpuInfo, i: int) -> str:
+    return g.pci_bus_id or f"gpu{i}"
+
+
+def ecc_enabled(report: NvidiaSmiReport) -> Outcome:
+    """ECC mode is Enabled on every GPU."""
+    modes = [(g.ecc_mode or "N/A") for g in report.gpus]
+    ok = bool(modes) and all(m.lower() == "enabled" for m in modes)
+    return Outcome(ok, ",".join(sorted(set(modes))), "Enabled")
+
+
+def no_uncorrectable_ecc(report: NvidiaSmiReport) -> Outcome:
+    """No volatile uncorrectable ECC error (SRAM or DRAM) on any GPU since the driver loaded."""
+    bad = []
+    for i, g in enumerate(report.gpus):
+        v = g.ecc_volatile
+        if v is None:
+            continue
+        total = (v.sram_uncorrectable or 0) + (v.dram_uncorrectable or 0)
+        if total:
+            bad.append(f"{_gpu_label(g, i)}={total}")
+    return Outcome(not bad, ";".join(bad) or 0, 0, "uncorrectable ECC errors" if bad else "")
+
+
+def row_remap_healthy(report: NvidiaSmiReport) -> Outcome:
+    """No pending row remap (needs a GPU reset) and no remap failure (needs an RMA)."""
+    bad = []
+    for i, g in enumerate(report.gpus):
+        rr = g.remapped_rows
+        if rr is None:
+            continue
+        if rr.failure_occurred:
+            bad.append(f"{_gpu_label(g, i)}: remap failure")
+        elif rr.pending:
+            bad.append(f"{_gpu_label(g, i)}: remap pending")
+        if g.retired_pages_pending:
+            bad.append(f"{_gpu_label(g, i)}: page retirement pending")
+    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure")
+
+
+def persistence_enabled(report: NvidiaSmiReport) -> Outcome:
+    """Persistence mode on every GPU."""
+    modes = [(g.persistence_mode or "N/A") for g in report.gpus]
+    ok = bool(modes) and all(m.lower() == "enabled" for m in modes)
+    return Outcome(ok, ",".join(sorted(set(modes))), "Enabled")
+
+
+def pcie_link(
+    report: NvidiaSmiReport, *, gen: int | None = None, width: int | None = None
+) -> Outcome:
+    """Every GPU's PCIe link runs at its maximum (or the given) generation and width.
+
+    Idle GPUs drop their link generation to save power, so generation is compared to ``gen``
+    when given (the topology's), else to the device maximum only when the GPU is busy; width never
+    drops on a healthy link.
+    """
+    bad = []
+    seen = []
+    for i, g in enumerate(report.gpus):
+        want_w = width or g.pcie_width_max
+        cur = (g.pcie_gen_current, g.pcie_width_current)
+        seen.append(f"gen{cur[0]}x{cur[1]}")
+        if want_w and g.pcie_width_current and g.pcie_width_current < want_w:
+            bad.append(f"{_gpu_label(g, i)} x{g.pcie_width_current}<x{want_w}")
+        want_g = gen or None
+        if want_g and g.pcie_gen_max and g.pcie_gen_max < want_g:
+            bad.append(f"{_gpu_label(g, i)} max gen{g.pcie_gen_max}<gen{want_g}")
+    exp = f"gen{gen or 'max'} x{width or 'max'}"
+    return Outcome(not bad and bool(seen), ",".join(sorted(set(seen))), exp, "; ".join(bad))
+
+
+def no_throttling(report: NvidiaSmiReport) -> Outcome:
+    """No active clock event reason other than idle / application clocks / power cap."""
+    bad = []
+    for i, g in enumerate(report.gpus):
+        active = [
+            r
+            for r in g.clocks_event_reasons_active
+            if r.lower().replace("_", " ") not in BENIGN_CLOCK_REASONS
+        ]
+        if active:
+            bad.append(f"{_gpu_label(g, i)}: {', '.join(active)}")
+    return Outcome(not bad, "; ".join(bad) or "none", "idle or power cap only")
+
+
+def nvlink_all_up(status: NvlinkStatus, *, gpus: int, links_per_gpu: int | None = None) -> Outcome:
+    """Every GPU shows all its NVLink links active (and the same number on every GPU)."""
+    counts = {g.index: g.active_links for g in status.gpus}
+    totals = {g.index: len(g.links) for g in status.gpus}
+    want = links_per_gpu or (max(totals.values()) if totals else 0)
+    bad = [
+        f"GPU{i}: {counts[i]}/{want}" + (f" ({g.error})" if g.error else "")
+        for i, g in ((g.index, g) for g in status.gpus)
+        if counts[i] < want or g.error
+    ]
+    if len(status.gpus) != gpus:
+        bad.append(f"{len(status.gpus)} GPUs listed, {gpus} expected")
+    ok = not bad and want > 0
+    return Outcome(
+        ok, "; ".join(bad) or f"{want} links x {gpus}", f"{want or '>0'} links up per GPU"
+    )
+
+
+def ib_ports(
+    report: IbstatReport,
+    rails: Sequence[Mapping[str, object]],
+    *,
+    rate_gbps: float,
+    link_layer: str,
+) -> list[tuple[str, Outcome]]:
+    """One outcome per rail: its device's port 1 Active, LinkUp, at ``rate_gbps``, right layer."""
+    by_name = {ca.name: ca for ca in report.cas}
+    out = []
+    for rail in rails:
+        dev = str(rail["device"])
+        want_rate = float(str(rail.get("rate_gbps") or rate_gbps))
+        ca = by_name.get(dev)
+        expected = f"Active/LinkUp {want_rate:g} Gb/s {link_layer}"
+        if ca is None or not ca.ports:
+            out.append((dev, Outcome(False, "absent", expected, f"{dev} not in ibstat")))
+            continue
+        p = ca.ports[0]
+        measured = f"{p.state}/{p.physical_state} {p.rate_gbps or 0:g} Gb/s {p.link_layer}"
+        problems = []
+        if (p.state or "").lower() != "active":
+            problems.append(f"state {p.state}")
+        if (p.physical_state or "").lower() != "linkup":
+            problems.append(f"physical state {p.physical_state}")
+        if p.rate_gbps is None or p.rate_gbps < want_rate:
+            problems.append(f"rate {p.rate_gbps} < {want_rate:g}")
+        if (p.link_layer or "").lower() != link_layer.lower():
+            problems.append(f"link layer {p.link_layer}")
+        out.append((dev, Outcome(not problems, measured, expected, "; ".join(problems))))
+    return out
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid`` kernel message."""
+
+    device: str
+    xid: int
+    line: str
+
+
+def xid_events(kernel_log: str) -> list[XidEvent]:
+    """Every Xid line in a kernel log (dmesg or journalctl -k output, any prefix)."""
+    out = []
+    for line in kernel_log.splitlines():
+        m = _XID.search(line)
+        if m:
+            out.append(XidEvent(m["dev"], int(m["xid"]), line.strip()))
+    return out
+
+
+def no_hardware_xids(kernel_log: str, hardware: Iterable[int] = HARDWARE_XIDS) -> Outcome:
+    """No hardware-class Xid in the log (application Xids such as 13, 31, 43, 45 are ignored)."""
+    hw = set(hardware)
+    events = [e for e in xid_events(kernel_log) if e.xid in hw]
+    fallen = [ln for ln in kernel_log.splitlines() if "fallen off the bus" in ln]
+    measured = sorted({f"{e.xid}@{e.device}" for e in events})
+    if fallen and not events:
+        measured.append("fallen-off-the-bus")
+    detail = "\n".join([e.line for e in events][:5] + fallen[:2])
+    return Outcome(not measured, ",".join(measured) or "none", "no hardware Xid", detail)
+
+
+def sysctl_values(measured: Mapping[str, str], expected: Mapping[str, object]) -> Outcome:
+    """Every expected sysctl has the expected value (whitespace-insensitive)."""
+    bad = []
+    for key, want in sorted(expected.items()):
+        got = measured.get(key)
+        if got is None or " ".join(str(got).split()) != " ".join(str(want).split()):
+            bad.append(f"{key}={got!r} (want {want!r})")
+    return Outcome(not bad, "; ".join(bad) or f"{len(expected)} ok", f"{len(expected)} sysctls")
+
+
+def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
+    """``key = value`` lines (sysctl -a, nccl.conf), comments and blanks skipped."""
+    out = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if sep in line:
+            k, v = line.split(sep, 1)
+            out[k.strip()] = v.strip()
+    return out

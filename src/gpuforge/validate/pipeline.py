@@ -1,0 +1,387 @@
+"""One validation run: pick the nodes, run the tiers, decide, and (optionally) act in Slurm.
+
+``quick`` is the testinfra conformance suite; ``burnin`` adds DCGM diagnostics, gpu-burn and
+ib_write_bw per rail; ``full`` adds NCCL acceptance (per node, then the multi-node plan with
+culprit localization). Every dependency with side effects (the command runner, the suite, the
+collective) is injected, so the whole pipeline runs in unit tests against fakes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hostlist
+
+from gpuforge.errors import InputError
+from gpuforge.validate import burnin, nccl
+from gpuforge.validate.conformance import SuiteRun
+from gpuforge.validate.execution import CommandRunner
+from gpuforge.validate.result import (
+    BatchSummary,
+    CheckResult,
+    Finding,
+    Tier,
+    Verdict,
+    decide,
+)
+from gpuforge.validate.thresholds import for_sku, nccl_net_floor_gbs
+from gpuforge.validate.verdict import not_run, peer_results
+
+_LEVELS = (Tier.QUICK, Tier.BURNIN, Tier.FULL)
+
+
+def ansible_hostvars(inventory: Path, timeout: float = 300.0) -> dict[str, Any]:
+    """``ansible-inventory --list`` (host and group variables merged); InputError if it fails."""
+    try:
+        proc = subprocess.run(
+            ["ansible-inventory", "-i", str(inventory), "--list"],
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"cannot read inventory {inventory}: {exc}") from exc
+    if proc.returncode != 0:
+        raise InputError(f"ansible-inventory failed on {inventory}: {proc.stderr.decode()[-500:]}")
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What validation reads from a generated inventory directory."""
+
+    path: Path
+    topology: Mapping[str, Any]
+    inventory: Mapping[str, Any]  # ``ansible-inventory --list`` output
+
+    @classmethod
+    def load(
+        cls, path: Path, hostvars: Callable[[Path], dict[str, Any]] = ansible_hostvars
+    ) -> ClusterView:
+        """Read ``topology.json`` and the inventory's variables; InputError when unusable."""
+        topo_file = path / "topology.json"
+        if not topo_file.is_file():
+            raise InputError(f"{path} is not a gpuforge inventory (no topology.json)")
+        try:
+            topology = json.loads(topo_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InputError(f"{topo_file}: {exc}") from exc
+        return cls(path, topology, hostvars(path))
+
+    @property
+    def gpu_nodes(self) -> list[str]:
+        """GPU nodes in cluster order."""
+        return [n["hostname"] for n in self.topology.get("nodes", []) if n.get("role") == "gpu"]
+
+    def node(self, name: str) -> Mapping[str, Any]:
+        """The topology record of ``name``."""
+        for n in self.topology.get("nodes", []):
+            if n["hostname"] == name:
+                return dict(n)
+        raise InputError(f"{name} is not in {self.path}/topology.json")
+
+    def hostvars(self, name: str) -> dict[str, Any]:
+        """Merged variables of ``name`` (empty when the inventory listing has none)."""
+        meta = self.inventory.get("_meta", {}).get("hostvars", {})
+        return dict(meta.get(name, {}))
+
+    def select(self, *, limit: str | None = None, phase: int | None = None) -> list[str]:
+        """The GPU nodes to validate: a hostlist, a phase, or (neither) every GPU node."""
+        gpu = self.gpu_nodes
+        if limit:
+            try:
+                wanted = hostlist.expand_hostlist(limit)
+            except hostlist.BadHostlist as exc:
+                raise InputError(f"bad --limit {limit!r}: {exc}") from exc
+            unknown = sorted(set(wanted) - set(gpu))
+            if unknown:
+                raise InputError(f"not GPU nodes of this inventory: {', '.join(unknown[:10])}")
+            return [n for n in gpu if n in set(wanted)]
+        if phase is not None:
+            chosen = [n for n in gpu if int(self.node(n).get("phase", 0)) == phase]
+            if not chosen:
+                raise InputError(f"phase {phase} has no GPU nodes")
+            return chosen
+        return gpu
+
+    def controller(self) -> str:
+        """The first Slurm controller."""
+        ctl = self.inventory.get("slurm_controllers", {}).get("hosts") or [
+            n["hostname"] for n in self.topology.get("nodes", []) if n.get("role") == "controller"
+        ]
+        if not ctl:
+            raise InputError("no Slurm controller in the inventory")
+        return str(ctl[0])
+
+    def rails(self, name: str) -> list[dict[str, Any]]:
+        """``[{rail, device, netdev, address, leaf, port}, ...]`` of ``name``."""
+        fields = self.topology.get("rail_fields") or [
+            "rail",
+            "device",
+            "netdev",
+            "address",
+            "leaf",
+            "port",
+        ]
+        return [dict(zip(fields, row, strict=False)) for row in self.node(name).get("rails", [])]
+
+    def fabric_node(self, name: str) -> nccl.FabricNode:
+        """Leaves and devices of ``name``, for the NCCL plan."""
+        rails = self.rails(name)
+        return nccl.FabricNode(
+            name, tuple(str(r["leaf"]) for r in rails), tuple(str(r["device"]) for r in rails)
+        )
+
+    def placement(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Rack and SU of every node, for the heat map."""
+        return {n: {"rack": self.node(n).get("rack"), "su": self.node(n).get("su")} for n in names}
+
+    def node_type(self, name: str) -> dict[str, Any]:
+        """``gpu_node_type`` of ``name`` from the inventory."""
+        return dict(self.hostvars(name).get("gpu_node_type") or {})
+
+    @property
+    def rate_gbps(self) -> float:
+        """The fabric's port rate."""
+        return float(self.topology.get("fabric", {}).get("rate_gbps") or 400)
+
+
+@dataclass
+class Options:
+    """Knobs of a run (CLI flags)."""
+
+    level: Tier = Tier.QUICK
+    gpu_burn_seconds: int = 300
+    dcgm_level: int = 3
+    reservation: str | None = None
+    work_dir: Path = Path("build/validate")
+    parallel: int = 32
+
+
+@dataclass
+class Deps:
+    """What a run talks to; tests pass fakes."""
+
+    runner: CommandRunner
+    run_suite: Callable[[Path, Sequence[str], Path], SuiteRun]
+    collective: (
+        Callable[
+            [ClusterView, Sequence[str], Options],
+            tuple[list[CheckResult], list[Finding], int],
+        ]
+        | None
+    ) = None
+    now: Callable[[], str] = field(
+        default=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    )
+
+
+def run_validation(
+    view: ClusterView, hosts: Sequence[str], opts: Options, deps: Deps
+) -> BatchSummary:
+    """Run the tiers up to ``opts.level`` on ``hosts`` and decide every node."""
+    started = deps.now()
+    results: list[CheckResult] = []
+    findings: list[Finding] = []
+    meta: dict[str, Any] = {"hosts": hostlist.collect_hostlist(list(hosts)), "floors": {}}
+    fatal = ""
+
+    suite = deps.run_suite(view.path, hosts, opts.work_dir)
+    meta["conformance_rc"] = suite.rc
+    results += [r for r in suite.results if r.node in set(hosts)]
+    seen = {r.node for r in suite.results}
+    if not suite.results:
+        fatal = f"conformance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
+    results += not_run([h for h in hosts if h not in seen], "conformance", "no result from suite")
+
+    level = _LEVELS.index(opts.level)
+    if level >= 1 and not fatal:
+        eligible = _still_eligible(hosts, results)
+        results += _burnin(view, eligible, opts, deps, meta)
+    if level >= 2 and not fatal:
+        eligible = _still_eligible(hosts, results)
+        node_results, multi_findings = _nccl(view, eligible, opts, deps, meta)
+        results += node_results
+        findings += multi_findings
+    meta["placement"] = view.placement(hosts)
+    return BatchSummary.build(
+        hosts,
+        results,
+        tier=opts.level,
+        findings=tuple(findings),
+        started_at=started,
+        finished_at=deps.now(),
+        meta=meta,
+        fatal=fatal,
+    )
+
+
+def _still_eligible(hosts: Sequence[str], results: Sequence[CheckResult]) -> list[str]:
+    """Nodes that have not failed yet (a failed node is not worth hours of burn-in)."""
+    return [h for h in hosts if decide(h, results).verdict is not Verdict.QUARANTINE]
+
+
+def _pmap(
+    fn: Callable[[str], list[CheckResult]], nodes: Sequence[str], n: int
+) -> list[CheckResult]:
+    if not nodes:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(n, len(nodes)))) as pool:
+        return [r for rs in pool.map(fn, nodes) for r in rs]
+
+
+def _burnin(
+    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps, meta: dict[str, Any]
+) -> list[CheckResult]:
+    def per_node(node: str) -> list[CheckResult]:
+        nt = view.node_type(node)
+        out = [burnin.dcgm_diag(deps.runner, node, level=opts.dcgm_level)]
+        out += burnin.gpu_burn_check(
+            deps.runner, node, seconds=opts.gpu_burn_seconds, gpus=int(nt.get("gpus") or 8)
+        )
+        return out
+
+    results = _pmap(per_node, nodes, opts.parallel)
+    results += _ib_write_bw(view, nodes, deps)
+    gflops = {
+        r.node: float(r.measured)
+        for r in results
+        if r.check == "burnin.gpu_burn.min_gflops" and isinstance(r.measured, int | float)
+    }
+    results += peer_results("burnin.gpu_burn.min_gflops", gflops, unit="Gflop/s")
+    mins = burnin.node_min(results, "burnin.ib_write_bw[", "burnin.ib_write_bw.min")
+    results += mins
+    meta["floors"]["burnin.ib_write_bw.min"] = round(view.rate_gbps * 0.9, 1)
+    results += peer_results(
+        "burnin.ib_write_bw.min", {r.node: float(r.measured or 0) for r in mins}, unit="Gb/s"
+    )
+    return results
+
+
+def _ib_write_bw(view: ClusterView, nodes: Sequence[str], deps: Deps) -> list[CheckResult]:
+    if len(nodes) < 2:
+        return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Tier.BURNIN)
+    rails = {n: view.rails(n) for n in nodes}
+    address = {n: str(view.node(n).get("mgmt_address") or n) for n in nodes}
+    count = min(len(r) for r in rails.values())
+    out: list[CheckResult] = []
+
+    def run_pair(p: burnin.RailPair) -> burnin.PairResult:
+        return burnin.ib_write_bw_pair(deps.runner, p)
+
+    for rail in range(count):
+        pairs = burnin.rail_pairs(nodes, rails, address, rail)
+
+        def repair(ref: str, node: str, rail: int = rail) -> burnin.RailPair:
+            return burnin.RailPair(
+                rail,
+                ref,
+                str(rails[ref][rail]["device"]),
+                address[ref],
+                node,
+                str(rails[node][rail]["device"]),
+                burnin.PERFTEST_PORT + 900,
+            )
+
+        rail_results = burnin.ib_write_bw_rail(
+            run_pair, pairs, rate_gbps=view.rate_gbps, repair=repair
+        )
+        if len(nodes) % 2:  # the odd one out, against the first node (only its result counts)
+            odd = burnin.rail_pairs([nodes[-1], nodes[0]], rails, address, rail)
+            extra = burnin.ib_write_bw_rail(run_pair, odd, rate_gbps=view.rate_gbps, repair=repair)
+            rail_results += [r for r in extra if r.node == nodes[-1]]
+        out += rail_results
+    return out
+
+
+def _nccl(
+    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps, meta: dict[str, Any]
+) -> tuple[list[CheckResult], list[Finding]]:
+    def per_node(node: str) -> list[CheckResult]:
+        nt = view.node_type(node)
+        gpus = int(nt.get("gpus") or 8)
+        floor = for_sku(str(nt.get("gpu_model") or "")).nvlink_allreduce_floor_gbs
+        cmd = deps.runner.run(node, nccl.single_node_command(gpus=gpus), timeout=900)
+        return [nccl.judge_single_node(node, cmd, floor, gpus=gpus)]
+
+    results = _pmap(per_node, nodes, opts.parallel)
+    if nodes:
+        sku = view.node_type(nodes[0]).get("gpu_model") or ""
+        meta["floors"]["nccl.allreduce_nvlink"] = for_sku(str(sku)).nvlink_allreduce_floor_gbs
+    busbw = {
+        r.node: float(r.measured)
+        for r in results
+        if r.check == "nccl.allreduce_nvlink" and isinstance(r.measured, int | float)
+    }
+    results += peer_results("nccl.allreduce_nvlink", busbw, unit="GB/s", tier=Tier.FULL)
+    ok = [n for n in nodes if decide(n, results).verdict is Verdict.ADMIT]
+    if len(ok) < 2 or deps.collective is None:
+        return results, []
+    more, findings, runs = deps.collective(view, ok, opts)
+    meta["nccl_multinode_runs"] = runs
+    return results + list(more), list(findings)
+
+
+def multinode_acceptance(
+    view: ClusterView,
+    nodes: Sequence[str],
+    collective: nccl.SrunCollective,
+) -> tuple[list[CheckResult], list[Finding], int]:
+    """The topology's multi-node plan, each failing test localized; returns runs used too."""
+    fabric = [view.fabric_node(n) for n in nodes]
+    leaf_of = {f.hostname: f.leaf_key for f in fabric}
+    nics = min(len(f.leaves) for f in fabric)
+    results: list[CheckResult] = []
+    findings: list[Finding] = []
+    runs = 0
+    all_rails_good: set[str] = set()  # known-good partners for all-rail tests
+    for test in nccl.acceptance_plan(fabric):
+        per_rail = test.rail is not None
+        floor = nccl_net_floor_gbs(1 if per_rail else nics, view.rate_gbps)
+        run: nccl.RunCollective = (
+            collective.for_rail(test.rail) if test.rail is not None else collective
+        )
+        # A node good on all rails together may still be bad on one: rail tests start afresh.
+        good = set() if per_rail else all_rails_good
+        for group in test.groups:
+            loc = nccl.Localizer(run, floor, leaf_of, good=set(good)).localize(
+                group, what=test.name
+            )
+            good |= set(loc.cleared)
+            runs += loc.run_count
+            findings += loc.findings
+            results += nccl.localization_results(
+                loc, check=f"nccl.multinode.{test.name}", floor_gbs=floor
+            )
+    return results, findings, runs
+
+
+def make_collective(
+    runner: CommandRunner,
+) -> Callable[[ClusterView, Sequence[str], Options], tuple[list[CheckResult], list[Finding], int]]:
+    """The real ``Deps.collective``: srun on the first controller."""
+
+    def run(
+        view: ClusterView, nodes: Sequence[str], opts: Options
+    ) -> tuple[list[CheckResult], list[Finding], int]:
+        coll = nccl.SrunCollective(
+            runner,
+            view.controller(),
+            gpus=int(view.node_type(nodes[0]).get("gpus") or 8),
+            reservation=opts.reservation,
+            rail_devices={int(r["rail"]): str(r["device"]) for r in view.rails(nodes[0])},
+        )
+        try:
+            return multinode_acceptance(view, nodes, coll)
+        except nccl.CollectiveUnavailable as exc:
+            return not_run(nodes, "nccl.multinode", str(exc), Tier.FULL), [], 0
+
+    return run

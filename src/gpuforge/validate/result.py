@@ -1,0 +1,239 @@
+"""The result model every validation tier produces, and the verdict rules built on it.
+
+A :class:`CheckResult` is one fact about one node (``node`` x ``check``), with the measured value,
+the expectation and a bounded excerpt of the raw output. :func:`decide` turns a node's results into
+a :class:`NodeVerdict`; :class:`BatchSummary` holds a whole validation run and its exit code.
+
+Verdict rules (see docs/validation.md):
+
+* any ``fail`` -> ``quarantine`` (drained, reasons = the failed check names);
+* otherwise any ``error`` (the check could not conclude: timeout, tool missing, unparsable output)
+  -> ``hold``: not admitted, never drained on that evidence alone, and reported;
+* otherwise ``admit`` (``warn`` results are listed but do not block).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+EVIDENCE_MAX = 2000
+_ELISION = "\n[... {n} characters elided ...]\n"
+
+Measured = str | int | float | bool | None
+
+
+class Status(enum.StrEnum):
+    """Outcome of one check."""
+
+    PASS = "pass"  # noqa: S105 - a status, not a password
+    WARN = "warn"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+
+
+class Verdict(enum.StrEnum):
+    """What to do with a node."""
+
+    ADMIT = "admit"
+    QUARANTINE = "quarantine"
+    HOLD = "hold"
+
+
+class Tier(enum.StrEnum):
+    """Validation levels, each including the previous one."""
+
+    QUICK = "quick"
+    BURNIN = "burnin"
+    FULL = "full"
+
+
+def bound_evidence(text: str, limit: int = EVIDENCE_MAX) -> str:
+    """Keep ``text`` under ``limit`` characters: its head and its tail, with the elision marked.
+
+    The tail is usually where a tool prints its verdict, the head where it prints what it ran on.
+    """
+    if len(text) <= limit:
+        return text
+    marker = _ELISION.format(n=len(text) - limit)
+    keep = max(limit - len(marker), 0)
+    head = keep // 3
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One fact about one node: what was measured, what was expected, and the raw evidence."""
+
+    node: str
+    check: str
+    status: Status
+    measured: Measured = None
+    expected: Measured = None
+    evidence: str = ""
+    duration_s: float = 0.0
+    tier: Tier = Tier.QUICK
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+        object.__setattr__(self, "tier", Tier(self.tier))
+        object.__setattr__(self, "evidence", bound_evidence(self.evidence))
+        object.__setattr__(self, "duration_s", round(float(self.duration_s), 3))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``SCHEMA_VERSION``)."""
+        return {
+            "node": self.node,
+            "check": self.check,
+            "status": self.status.value,
+            "measured": self.measured,
+            "expected": self.expected,
+            "evidence": self.evidence,
+            "duration_s": self.duration_s,
+            "tier": self.tier.value,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
+        """Inverse of :meth:`to_dict`; unknown keys are rejected by the constructor."""
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """The decision for one node, with the check names that drove it."""
+
+    node: str
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    results: tuple[CheckResult, ...] = ()
+
+    @property
+    def drain_reason(self) -> str:
+        """A Slurm drain reason naming the failed checks (Slurm keeps it short; so do we)."""
+        text = "gpuforge: failed " + ",".join(self.reasons)
+        return text if len(text) <= 200 else text[:197] + "..."
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``SCHEMA_VERSION``)."""
+        return {
+            "node": self.node,
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A fault that belongs to the fabric rather than to a node (e.g. a slow leaf uplink)."""
+
+    kind: str
+    subject: str
+    detail: str
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "detail": self.detail,
+            "evidence": bound_evidence(self.evidence),
+        }
+
+
+def decide(node: str, results: Iterable[CheckResult]) -> NodeVerdict:
+    """Apply the verdict rules to one node's results (module docstring)."""
+    mine = tuple(r for r in results if r.node == node)
+    failed = _unique(r.check for r in mine if r.status is Status.FAIL)
+    errors = _unique(r.check for r in mine if r.status is Status.ERROR)
+    warned = _unique(r.check for r in mine if r.status is Status.WARN)
+    concluded = [r for r in mine if r.status is not Status.SKIP]
+    if failed:
+        return NodeVerdict(node, Verdict.QUARANTINE, failed, warned, mine)
+    if errors:
+        return NodeVerdict(node, Verdict.HOLD, errors, warned, mine)
+    if not concluded:
+        return NodeVerdict(node, Verdict.HOLD, ("no-results",), warned, mine)
+    return NodeVerdict(node, Verdict.ADMIT, (), warned, mine)
+
+
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """A whole validation run: every node's verdict, fabric findings and run metadata."""
+
+    nodes: tuple[NodeVerdict, ...]
+    tier: Tier = Tier.QUICK
+    findings: tuple[Finding, ...] = ()
+    started_at: str = ""
+    finished_at: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    fatal: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        hosts: Iterable[str],
+        results: Iterable[CheckResult],
+        **kwargs: Any,
+    ) -> BatchSummary:
+        """Decide every host in ``hosts`` (a host with no result is held, never admitted)."""
+        results = tuple(results)
+        names = list(dict.fromkeys([*hosts, *(r.node for r in results)]))
+        return cls(nodes=tuple(decide(n, results) for n in names), **kwargs)
+
+    def by_verdict(self, verdict: Verdict) -> tuple[NodeVerdict, ...]:
+        """Nodes with the given verdict, in batch order."""
+        return tuple(n for n in self.nodes if n.verdict is verdict)
+
+    @property
+    def results(self) -> tuple[CheckResult, ...]:
+        """Every check result of every node."""
+        return tuple(r for n in self.nodes for r in n.results)
+
+    @property
+    def exit_code(self) -> int:
+        """0 every node admitted; 1 a node failed or the fabric has a finding; 2 nothing concluded.
+
+        A run that could not run at all (``fatal``) or that left nodes on hold without any
+        failure exits 2: the operator has to act, but no node is known bad.
+        """
+        if self.fatal:
+            return 2
+        if self.by_verdict(Verdict.QUARANTINE) or self.findings:
+            return 1
+        if self.by_verdict(Verdict.HOLD):
+            return 2
+        return 0
+
+    def counts(self) -> dict[str, int]:
+        """Number of nodes per verdict (every verdict present, zero included)."""
+        return {v.value: len(self.by_verdict(v)) for v in Verdict}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON document (docs/validation.md, "JSON report")."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tier": self.tier.value,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "exit_code": self.exit_code,
+            "fatal": self.fatal,
+            "counts": self.counts(),
+            "meta": dict(self.meta),
+            "findings": [f.to_dict() for f in self.findings],
+            "nodes": [n.to_dict() for n in self.nodes],
+        }

@@ -1,0 +1,194 @@
+"""Per-SKU performance floors, with their sources, and the peer comparison inside a batch.
+
+Absolute floors catch a node that is broken; the peer comparison catches a node that is merely
+much worse than its identical siblings (a half-seated cable, a throttling GPU) while still above
+the floor. Both apply: a node must clear the floor *and* not be a low outlier among its peers.
+
+Floors are a fraction (``ACCEPT_FRACTION``) of a *reference* figure that was published for that
+hardware, never of a theoretical peak. Sources are given next to each figure.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuforge.errors import InputError
+from gpuforge.validate.result import Status
+
+#: A measured large-message busbw below this fraction of the published reference fails.
+ACCEPT_FRACTION = 0.85
+
+#: perftest ib_write_bw per port, as a fraction of the signalling rate (NDR 400 -> 360 Gb/s).
+#: ib_write_bw reaches ~0.96-0.98 of line rate on a healthy ConnectX-7 port; 0.9 leaves room for
+#: PCIe overheads while still catching a port trained at a lower speed or width.
+IB_WRITE_BW_FRACTION = 0.90
+
+#: NCCL busbw one 400G NIC sustains in a cross-node all_reduce: 400 Gb/s = 50 GB/s raw; NVIDIA and
+#: cloud providers report ~46-48 GB/s per NDR NIC (e.g. 8x400G H100 nodes at 370-390 GB/s busbw;
+#: Voltage Park's public 4-node H100 run: 330.9 GB/s over 8 NICs). Per-GB of line rate:
+NCCL_NET_EFFICIENCY = 0.94
+
+
+@dataclass(frozen=True)
+class SkuThresholds:
+    """Floors for one GPU SKU. Bandwidths in GB/s (bytes), as nccl-tests prints them."""
+
+    sku: str
+    gpus: int
+    #: Published large-message (>= 1 GiB) 8-GPU single-node all_reduce busbw, GB/s.
+    nvlink_allreduce_ref_gbs: float
+    #: Where ``nvlink_allreduce_ref_gbs`` comes from.
+    source: str
+    #: gpu-burn Gflop/s floor per GPU; None = rely on the peer comparison only.
+    gpu_burn_min_gflops: float | None = None
+
+    @property
+    def nvlink_allreduce_floor_gbs(self) -> float:
+        """8-GPU all_reduce busbw floor."""
+        return round(self.nvlink_allreduce_ref_gbs * ACCEPT_FRACTION, 1)
+
+
+SKUS: Mapping[str, SkuThresholds] = {
+    "H100-SXM-80GB": SkuThresholds(
+        sku="H100-SXM-80GB",
+        gpus=8,
+        # 479.72 GB/s all_reduce busbw at 8 GiB on 8x H100 80GB HBM3 SXM5, NCCL 2.24.3
+        # (Voltage Park / Georgia Tech benchmark suite, "vpbenchmarking"); NVLS (NVLink SHARP,
+        # NCCL >= 2.17 with Fabric Manager) is what reaches ~480; ring-only runs reach ~370-390.
+        nvlink_allreduce_ref_gbs=480.0,
+        source="Voltage Park 8x H100 SXM5 all_reduce 479.72 GB/s @ 8 GiB (NCCL 2.24.3, NVLS)",
+    ),
+    "H200-SXM-141GB": SkuThresholds(
+        sku="H200-SXM-141GB",
+        gpus=8,
+        # 476.96 GB/s at 8 GiB, 8x H200, NCCL 2.19.3 (Azure ND H200 v5 how-to; fixture
+        # shared/fixtures/real/nccl-tests/azh200doc-h200-8gpu-all_reduce_perf-8G-single-size.txt).
+        # Same NVLink 4 / NVSwitch generation as H100, so the same reference.
+        nvlink_allreduce_ref_gbs=477.0,
+        source="8x H200 all_reduce 476.96 GB/s @ 8 GiB (NCCL 2.19.3, Azure ND H200 v5 doc)",
+    ),
+    "A100-SXM-80GB": SkuThresholds(
+        sku="A100-SXM-80GB",
+        gpus=8,
+        # ~235 GB/s at 8 GiB on 8x A100-SXM4 (microsoft/superbenchmark
+        # tests/data/nccl_allreduce.log, fixture superbench-a100-40gb-8gpu-all_reduce_perf.txt).
+        # NVLink 3 is the same on the 40 GB and 80 GB SXM4 boards, so the reference carries over.
+        nvlink_allreduce_ref_gbs=235.0,
+        source="8x A100-SXM4 all_reduce ~235 GB/s @ 8 GiB (superbenchmark nccl_allreduce.log)",
+    ),
+    "B200-SXM-180GB": SkuThresholds(
+        sku="B200-SXM-180GB",
+        gpus=8,
+        # NVLink 5 doubles Hopper's per-GPU NVLink bandwidth (1.8 TB/s vs 900 GB/s). The only public
+        # measured figure we found is 811 GB/s for an 8-GPU GB200 MNNVL all_reduce (2 nodes x 4);
+        # we use 800 GB/s as a conservative reference. Provisional: calibrate on the first SU and
+        # lean on the peer comparison until then.
+        nvlink_allreduce_ref_gbs=800.0,
+        source="GB200 NVL72 8-GPU MNNVL all_reduce 811 GB/s (lixueduan.com); provisional",
+    ),
+}
+
+#: Short names used by topology node types (``gpu_model``) mapped onto the table above.
+_ALIASES = {
+    "H100": "H100-SXM-80GB",
+    "H100-SXM": "H100-SXM-80GB",
+    "H100-SXM5-80GB": "H100-SXM-80GB",
+    "H200": "H200-SXM-141GB",
+    "H200-SXM": "H200-SXM-141GB",
+    "A100-SXM4-80GB": "A100-SXM-80GB",
+    "A100-SXM": "A100-SXM-80GB",
+    "B200": "B200-SXM-180GB",
+    "B200-SXM": "B200-SXM-180GB",
+}
+
+
+def for_sku(model: str) -> SkuThresholds:
+    """The thresholds for a GPU model name as the topology spells it; InputError when unknown."""
+    key = _ALIASES.get(model, model)
+    if key in SKUS:
+        return SKUS[key]
+    for name, sku in SKUS.items():
+        if model.upper().startswith(name.split("-")[0]) and "SXM" in model.upper():
+            return sku
+    raise InputError(f"no thresholds for GPU model {model!r}; known: {', '.join(sorted(SKUS))}")
+
+
+def ib_write_bw_floor_gbps(rate_gbps: float) -> float:
+    """ib_write_bw floor in Gb/s for a port of ``rate_gbps`` (400 -> 360)."""
+    return round(rate_gbps * IB_WRITE_BW_FRACTION, 1)
+
+
+def nccl_net_floor_gbs(nics: int, rate_gbps: float) -> float:
+    """Cross-node all_reduce busbw floor in GB/s for nodes with ``nics`` compute NICs.
+
+    One 400G NIC: 400/8 = 50 GB/s x 0.94 = 47 GB/s reference, x 0.85 = 40 GB/s floor.
+    """
+    per_nic_ref = rate_gbps / 8.0 * NCCL_NET_EFFICIENCY
+    return round(nics * per_nic_ref * ACCEPT_FRACTION, 1)
+
+
+# --- peer comparison ---------------------------------------------------------------------------
+
+#: Iglewicz & Hoaglin (1993) recommend |modified z| > 3.5 as the outlier cut; we warn there.
+PEER_WARN_Z = 3.5
+#: Well past any plausible noise: fail (together with a material deficit, below).
+PEER_FAIL_Z = 6.0
+#: A node must also be this far below the median for the outlier to matter (noise on a tight
+#: fleet gives huge z-scores for a 1% difference).
+PEER_WARN_DEFICIT = 0.03
+PEER_FAIL_DEFICIT = 0.08
+#: The scale never drops under 0.5% of the median, so MAD = 0 (identical peers) cannot divide by 0.
+MAD_FLOOR_FRACTION = 0.005
+#: Fewer peers than this and the median means little: no peer verdict.
+PEER_MIN = 5
+
+
+@dataclass(frozen=True)
+class PeerScore:
+    """Where one node's value sits among its peers (higher values are better)."""
+
+    node: str
+    value: float
+    median: float
+    z: float
+    deficit: float
+    status: Status
+
+
+def robust_z(values: Mapping[str, float]) -> dict[str, float]:
+    """Modified z-score ``0.6745 (x - median) / MAD`` per key; MAD floored (see above)."""
+    if not values:
+        return {}
+    data = list(values.values())
+    med = statistics.median(data)
+    mad = statistics.median([abs(v - med) for v in data])
+    scale = max(mad, abs(med) * MAD_FLOOR_FRACTION, 1e-12)
+    return {k: 0.6745 * (v - med) / scale for k, v in values.items()}
+
+
+def peer_scores(values: Mapping[str, float]) -> dict[str, PeerScore]:
+    """Score every node against the batch median; empty when there are fewer than PEER_MIN."""
+    if len(values) < PEER_MIN:
+        return {}
+    med = statistics.median(values.values())
+    zs = robust_z(values)
+    out: dict[str, PeerScore] = {}
+    for node, value in values.items():
+        deficit = (med - value) / med if med > 0 else 0.0
+        z = zs[node]
+        if z <= -PEER_FAIL_Z and deficit >= PEER_FAIL_DEFICIT:
+            status = Status.FAIL
+        elif z <= -PEER_WARN_Z and deficit >= PEER_WARN_DEFICIT:
+            status = Status.WARN
+        else:
+            status = Status.PASS
+        out[node] = PeerScore(node, value, med, round(z, 2), round(deficit, 4), status)
+    return out
+
+
+def low_outliers(values: Mapping[str, float]) -> Sequence[PeerScore]:
+    """The nodes the peer comparison warns about or fails, worst first."""
+    scores = [s for s in peer_scores(values).values() if s.status is not Status.PASS]
+    return sorted(scores, key=lambda s: s.z)

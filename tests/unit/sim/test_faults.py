@@ -1,0 +1,96 @@
+"""The fault file schema and the per-node state the lab writes from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpuforge_sim.faults import (
+    FAULT_KINDS,
+    FaultFileError,
+    load_fault_file,
+    node_state,
+    validate_fault_doc,
+)
+
+from .conftest import EXAMPLES
+
+
+def test_example_covers_every_fault_kind() -> None:
+    doc = load_fault_file(EXAMPLES / "faults-all.yaml")
+    assert {f["kind"] for f in doc["faults"]} == set(FAULT_KINDS)
+
+
+def test_defaults_are_filled_in() -> None:
+    doc = validate_fault_doc({"faults": [{"node": "gpu001", "kind": "slow_nic", "rail": 2}]})
+    assert doc["faults"][0] == {"kind": "slow_nic", "node": "gpu001", "rail": 2, "factor": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ({"node": "gpu001", "kind": "gpu_lost"}, "unknown fault kind 'gpu_lost'"),
+        ({"node": "gpu001", "kind": "gpu_missing"}, "gpu_missing needs 'gpu'"),
+        ({"node": "gpu001", "kind": "slow_nic", "rail": 0, "factor": 2}, "'factor' must be"),
+        ({"node": "gpu001", "kind": "xid", "gpu": 0, "code": 1}, "code 1 has no simulated"),
+        ({"node": "gpu001", "kind": "throttle", "gpu": 0, "reason": "hot"}, "reason must be"),
+        ({"node": "gpu001", "kind": "ib_port_down", "gpu": 0, "rail": 0}, "does not take gpu"),
+        ({"kind": "missing_peermem"}, "'node' must be a non-empty string"),
+    ],
+)
+def test_schema_errors_name_the_fault(fault: dict[str, Any], message: str) -> None:
+    with pytest.raises(FaultFileError, match="faults\\[0\\]") as err:
+        validate_fault_doc({"faults": [fault]}, "f.yaml")
+    assert message in str(err.value)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "f.yaml"
+    bad.write_text("faults:\n  - {node: gpu001, kind: [\n")
+    with pytest.raises(FaultFileError, match=r"f\.yaml:\d+: invalid YAML"):
+        load_fault_file(bad)
+
+
+def test_json_fault_file(tmp_path: Path) -> None:
+    f = tmp_path / "f.json"
+    f.write_text(json.dumps({"faults": [{"node": "gpu001", "kind": "missing_peermem"}]}))
+    assert load_fault_file(f)["faults"] == [{"kind": "missing_peermem", "node": "gpu001"}]
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ({"node": "gpu099", "kind": "missing_peermem"}, "not in this lab"),
+        ({"node": "gpu001", "kind": "gpu_missing", "gpu": 8}, "gpu 8 does not exist"),
+        ({"node": "gpu001", "kind": "ib_port_down", "rail": 9}, "rail 9 does not exist"),
+        ({"leaf": "leaf-nowhere", "kind": "slow_uplink"}, "carries no rail"),
+    ],
+)
+def test_faults_must_fit_the_lab(
+    cluster_info: dict[str, Any], fault: dict[str, Any], message: str
+) -> None:
+    doc = validate_fault_doc({"faults": [fault]})
+    with pytest.raises(FaultFileError, match=message):
+        node_state(doc, cluster_info, "gpu001")
+
+
+def test_node_state_holds_the_whole_lab(cluster_info: dict[str, Any]) -> None:
+    doc = load_fault_file(EXAMPLES / "faults-all.yaml")
+    state = node_state(doc, cluster_info, "gpu007")
+    assert state["hostname"] == "gpu007"
+    assert set(state["nodes"]) == {n["hostname"] for n in cluster_info["nodes"]}
+    assert state["nodes"]["gpu002"]["faults"] == [{"kind": "gpu_missing", "gpu": 3}]
+    assert state["fabric"]["slow_uplinks"] == [{"leaf": "leaf-su01-r1", "factor": 0.25}]
+    assert state["package_pins"] == {
+        "nvidia_driver_version": "570.124.06",
+        "nccl_version": "2.25.1",
+    }
+    assert state["nodes"]["gpu001"]["gpu_model"] == "H100-SXM-80GB"
+    json.dumps(state)  # the lab writes it as JSON
+
+
+def test_unknown_node_in_node_state(cluster_info: dict[str, Any]) -> None:
+    with pytest.raises(FaultFileError, match="not a node of this lab"):
+        node_state({"faults": []}, cluster_info, "gpu999")

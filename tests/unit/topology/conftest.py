@@ -1,0 +1,32 @@
+"""Specs for topology tests: the lab example, as data to break one field at a time."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "topologies"
+LAB = EXAMPLES / "lab.yaml"
+
+
+@pytest.fixture
+def lab_data() -> dict[str, Any]:
+    """The lab spec as a fresh mutable dict."""
+    return copy.deepcopy(yaml.safe_load(LAB.read_text()))
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
+    """Write a spec dict as YAML (block style, so that every field has its own line)."""
+
+    def write(data: dict[str, Any]) -> Path:
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        return path
+
+    return write

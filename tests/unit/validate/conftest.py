@@ -1,0 +1,62 @@
+"""Fake command runners fed with real tool output from shared/fixtures/real."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpuforge.validate.execution import CommandResult
+
+REAL = Path("/work/shared/fixtures/real")
+if not REAL.exists():  # the fixtures also live next to the repository in other checkouts
+    REAL = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "real"
+
+
+def real(rel: str) -> str:
+    path = REAL / rel
+    if not path.exists():
+        pytest.skip(f"real fixture {rel} not available")
+    return path.read_text(encoding="utf-8")
+
+
+Reply = CommandResult | Callable[[str, str], CommandResult]
+
+
+class FakeRunner:
+    """Answers by the first (host or '*', command substring) rule that matches."""
+
+    def __init__(self) -> None:
+        self.rules: list[tuple[str, str, Reply]] = []
+        self.calls: list[tuple[str, str, float]] = []
+
+    def on(self, host: str, needle: str, stdout: str = "", rc: int = 0, **kw: object) -> None:
+        self.rules.append(
+            (host, needle, CommandResult(host, needle, rc, stdout, **kw))  # type: ignore[arg-type]
+        )
+
+    def on_call(self, host: str, needle: str, fn: Callable[[str, str], CommandResult]) -> None:
+        self.rules.append((host, needle, fn))
+
+    def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
+        self.calls.append((host, command, timeout))
+        for h, needle, reply in self.rules:
+            if h in (host, "*") and needle in command:
+                if callable(reply):
+                    return reply(host, command)
+                return CommandResult(
+                    host,
+                    command,
+                    reply.rc,
+                    reply.stdout,
+                    reply.stderr,
+                    reply.duration_s,
+                    reply.timed_out,
+                )
+        return CommandResult(host, command, 127, "", f"fake: no rule for {command}")
+
+
+@pytest.fixture
+def fake() -> FakeRunner:
+    return FakeRunner()

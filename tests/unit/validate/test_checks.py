@@ -1,0 +1,62 @@
+"""Pure conformance judgements on real tool output."""
+
+from __future__ import annotations
+
+from conftest import real
+
+from gpuforge.validate import checks
+from gpuforge.validate.parsers import nvidia_smi_xml, nvlink
+
+
+def test_xid_classification_real_logs() -> None:
+    assert not checks.no_hardware_xids(real("kernel/mleng-a100-xid63-row-remapper.txt")).ok
+    assert not checks.no_hardware_xids(
+        real("kernel/gpud-readme-h100-xid79-sxid20034-blockquote.txt")
+    ).ok
+    # 629 x Xid 13 and 7 x Xid 43 are application faults: not a node problem
+    assert checks.no_hardware_xids(real("kernel/gpud-dmesg-decode-iso-xid13-xid43.txt")).ok
+    # fallen off the bus without any Xid line still fails
+    off = checks.no_hardware_xids(real("kernel/nvsentinel-issue155-l40-fallen-off-bus-no-xid.txt"))
+    assert not off.ok
+    assert "fallen" in str(off.measured)
+
+
+def test_model_matching() -> None:
+    assert checks.model_matches("NVIDIA H100 80GB HBM3", "H100-SXM-80GB")
+    assert not checks.model_matches("NVIDIA H100 NVL", "H100-SXM-80GB")
+    assert not checks.model_matches("NVIDIA A100-SXM4-40GB", "A100-SXM-80GB")
+    assert checks.model_matches("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB")
+    assert checks.model_matches("NVIDIA H200", "H200")
+
+
+def test_exact_version() -> None:
+    assert checks.exact_version("2.26.2-1+cuda12.8", "2.26.2").ok
+    assert checks.exact_version("1:4.2.3-1", "4.2.3").ok
+    assert not checks.exact_version("2.26.20-1", "2.26.2").ok
+    assert not checks.exact_version("2.25.1-1+cuda12.8", "2.26.2").ok
+    assert not checks.exact_version("", "2.26.2").ok
+    assert checks.exact_version("570.133.20", "570.133.20").ok
+
+
+def test_nvlink_real_outputs() -> None:
+    good = nvlink.parse(real("nvidia-smi/nge-h100-80gb-hbm3-nvlink-s.txt"))
+    assert checks.nvlink_all_up(good, gpus=len(good.gpus)).ok
+    down = nvlink.parse(real("nvidia-smi/aznhc-a100-80gb-nvlink-status-all-links-inactive.txt"))
+    assert not checks.nvlink_all_up(down, gpus=len(down.gpus)).ok
+
+
+def test_a100_xml_healthy() -> None:
+    xml = nvidia_smi_xml.parse(real("nvidia-smi/telegraf-a100-sxm4-80gb-mig-q-x.xml.txt"))
+    assert checks.ecc_enabled(xml).ok
+    assert checks.no_uncorrectable_ecc(xml).ok
+    assert checks.row_remap_healthy(xml).ok
+
+
+def test_sysctl_and_kv() -> None:
+    got = checks.parse_kv("net.core.rmem_max = 268435456\nnet.ipv4.tcp_rmem = 4096\t87380 1\n")
+    assert checks.sysctl_values(
+        got, {"net.core.rmem_max": 268435456, "net.ipv4.tcp_rmem": "4096 87380 1"}
+    ).ok
+    bad = checks.sysctl_values(got, {"net.core.rmem_max": 1, "kernel.absent": 0})
+    assert not bad.ok
+    assert "kernel.absent" in str(bad.measured)

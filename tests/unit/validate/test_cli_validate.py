@@ -1,0 +1,278 @@
+"""``gpuforge validate`` end to end through CliRunner, with every collaborator faked."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import FakeRunner, real
+
+import gpuforge.cli.validate as cli_validate
+from gpuforge import slurm
+from gpuforge.cli import main
+from gpuforge.validate import nccl, pipeline
+from gpuforge.validate.conformance import SuiteRun
+from gpuforge.validate.execution import CommandResult
+from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Status, Tier
+
+NODES = [f"gpu{i:02d}" for i in range(1, 9)]
+H100_NT = {"name": "h100-sxm", "gpu_model": "H100-SXM-80GB", "gpus": 8, "nvswitch": True}
+
+
+def topology(tmp: Path) -> Path:
+    nodes = [
+        {
+            "hostname": "ctl01",
+            "role": "controller",
+            "rack": "svc01",
+            "su": 0,
+            "phase": 1,
+            "mgmt_address": "10.0.0.1",
+            "rails": [],
+        }
+    ]
+    for i, n in enumerate(NODES):
+        nodes.append(
+            {
+                "hostname": n,
+                "role": "gpu",
+                "rack": f"r00{1 + i // 4}",
+                "su": 1,
+                "phase": 1 + i // 4,
+                "mgmt_address": f"10.0.0.{11 + i}",
+                "rails": [
+                    [r, f"mlx5_{r}", f"ib{r}", f"10.100.{r}.{11 + i}/24", f"leaf-{i // 4}-r{r}", i]
+                    for r in range(2)
+                ],
+            }
+        )
+    inv = tmp / "inv"
+    inv.mkdir()
+    (inv / "topology.json").write_text(
+        json.dumps({"nodes": nodes, "fabric": {"rate_gbps": 200}}), encoding="utf-8"
+    )
+    return inv
+
+
+def hostvars(_: Path) -> dict[str, Any]:
+    meta = {n: {"gpu_node_type": H100_NT} for n in NODES}
+    meta["ctl01"] = {}
+    return {"_meta": {"hostvars": meta}, "slurm_controllers": {"hosts": ["ctl01"]}}
+
+
+class FakeSlurm:
+    """Keeps node states like scontrol would; answers the slurm module's commands."""
+
+    def __init__(self, drained: dict[str, str]) -> None:
+        self.state = {
+            n: ("IDLE+DRAIN", drained[n]) if n in drained else ("IDLE", "") for n in NODES
+        }
+        self.updates: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60) -> slurm.CommandResult:
+        assert timeout > 0
+        if argv[:2] == ["scontrol", "update"]:
+            self.updates.append(list(argv))
+            names = slurm.expand_nodes(argv[2].split("=", 1)[1])
+            for n in names:
+                if "State=DRAIN" in argv:
+                    self.state[n] = ("IDLE+DRAIN", argv[4].split("=", 1)[1])
+                else:
+                    self.state[n] = ("IDLE", "")
+            return slurm.CommandResult(0, "", "")
+        names = slurm.expand_nodes(argv[-1]) if len(argv) > 4 else NODES
+        lines = [
+            f"NodeName={n} State={self.state[n][0]} Reason={self.state[n][1] or '(null)'}"
+            for n in names
+        ]
+        return slurm.CommandResult(0, "\n".join(lines) + "\n", "")
+
+
+NCCL_OK = real("nccl-tests/azh200doc-h200-8gpu-all_reduce_perf-8G-single-size.txt")
+BURN_OK = real("kernel/superbench-a100-80gb-8gpu-gpu_burn.txt")
+BURN_BAD = real("kernel/gpuburn-issue12-16gpu-faulty-summary.txt")
+DCGM_OK = real("dcgmi/awsome-p4de-a100-80gb-dcgmi-diag-r2-pass.txt")
+IB_BW = real("ib/superbench-ib_write_bw-loopback-8M.txt")
+
+
+def suite_with(failing: dict[str, str], unreachable: Sequence[str] = ()):
+    def run(inv: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+        results = []
+        for h in hosts:
+            if h in unreachable:
+                results.append(CheckResult(h, "gpu.count", Status.ERROR, message="ssh timeout"))
+                continue
+            for check in ("gpu.count", "gpu.ecc_enabled", "fabric.port[mlx5_0]"):
+                st = Status.FAIL if failing.get(h) == check else Status.PASS
+                results.append(CheckResult(h, check, st, measured=7 if st is Status.FAIL else 8))
+        return SuiteRun(1 if failing else 0, tuple(results), "", ("pytest",))
+
+    return run
+
+
+def wiring(
+    tmp: Path,
+    *,
+    failing: dict[str, str] | None = None,
+    unreachable: Sequence[str] = (),
+    slow_nccl: Sequence[str] = (),
+    drained: dict[str, str] | None = None,
+    fake: FakeRunner,
+) -> tuple[cli_validate.Wiring, FakeSlurm]:
+    view = pipeline.ClusterView.load(topology(tmp), hostvars)
+    fake.on("gpu03", "gpu_burn", BURN_BAD)  # FAULTY GPUs, exit 0
+    fake.on("*", "gpu_burn", BURN_OK)
+    fake.on("*", "dcgmi diag", DCGM_OK)
+    fake.on("*", "ib_write_bw", IB_BW)
+    fake.on("*", "all_reduce_perf", NCCL_OK)
+
+    def collective(v: pipeline.ClusterView, nodes: Sequence[str], opts: pipeline.Options):
+        def run(group: tuple[str, ...]) -> float:
+            return 100.0 if set(group) & set(slow_nccl) else 380.0
+
+        leaf = {n: v.fabric_node(n).leaf_key for n in nodes}
+        loc = nccl.Localizer(run, 320.0, leaf).localize(nodes)
+        res = nccl.localization_results(loc, check="nccl.multinode.batch", floor_gbs=320.0)
+        return res, list(loc.findings), loc.run_count
+
+    deps = pipeline.Deps(
+        runner=fake,
+        run_suite=suite_with(failing or {}, unreachable),
+        collective=collective,
+        now=lambda: "2026-11-30T00:00:00+00:00",
+    )
+    sl = FakeSlurm(drained or {})
+    return cli_validate.Wiring(view, deps, sl), sl
+
+
+def invoke(monkeypatch: pytest.MonkeyPatch, w: cli_validate.Wiring, tmp: Path, *args: str):
+    monkeypatch.setattr(cli_validate, "wire", lambda *_a, **_k: w)
+    return CliRunner().invoke(
+        main,
+        ["validate", "--inventory", str(tmp / "inv"), "--report-dir", str(tmp / "out"), *args],
+    )
+
+
+def test_quick_all_pass_exit_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake) -> None:
+    w, _ = wiring(tmp_path, fake=fake)
+    res = invoke(monkeypatch, w, tmp_path)
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    assert data["counts"] == {"admit": 8, "quarantine": 0, "hold": 0}
+    assert (tmp_path / "out" / "junit.xml").exists()
+    assert (tmp_path / "out" / "report.html").exists()
+    assert fake.calls == []  # quick never runs burn-in tools
+
+
+def test_quick_failure_exit_1_and_drain(tmp_path: Path, monkeypatch, fake) -> None:
+    w, sl = wiring(
+        tmp_path,
+        failing={"gpu02": "gpu.count"},
+        drained={"gpu05": "gpuforge: awaiting validation", "gpu06": "RMA 4711"},
+        fake=fake,
+    )
+    res = invoke(monkeypatch, w, tmp_path, "--drain")
+    assert res.exit_code == 1, res.output
+    assert sl.state["gpu02"] == ("IDLE+DRAIN", "gpuforge: failed gpu.count")
+    assert sl.state["gpu05"] == ("IDLE", "")  # ours: resumed
+    assert sl.state["gpu06"] == ("IDLE+DRAIN", "RMA 4711")  # someone else's: left alone
+    assert "quarantine" in res.output
+
+
+def test_unreachable_node_is_held_not_drained(tmp_path: Path, monkeypatch, fake) -> None:
+    w, sl = wiring(tmp_path, unreachable=["gpu04"], fake=fake)
+    res = invoke(monkeypatch, w, tmp_path, "--drain", "--limit", "gpu[01-04]")
+    assert res.exit_code == 2, res.output
+    assert sl.state["gpu04"] == ("IDLE", "")
+    assert not any("gpu04" in " ".join(u) for u in sl.updates)
+    assert "held" in res.output
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    assert [n["node"] for n in data["nodes"] if n["verdict"] == "hold"] == ["gpu04"]
+
+
+def test_full_level_finds_burn_and_nccl_culprits(tmp_path: Path, monkeypatch, fake) -> None:
+    w, _ = wiring(tmp_path, slow_nccl=["gpu06"], fake=fake)
+    res = invoke(monkeypatch, w, tmp_path, "--level", "full", "--gpu-burn-seconds", "5")
+    assert res.exit_code == 1, res.output
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    verdicts = {n["node"]: (n["verdict"], n["reasons"]) for n in data["nodes"]}
+    # gpu03's gpu-burn output is a 16-GPU FAULTY run (exit 0): quarantined by the summary.
+    assert verdicts["gpu03"][0] == "quarantine"
+    assert "burnin.gpu_burn" in verdicts["gpu03"][1]
+    assert verdicts["gpu06"] == ("quarantine", ["nccl.multinode.batch"])
+    others = {n for n, (v, _) in verdicts.items() if v != "admit"}
+    assert others == {"gpu03", "gpu06"}
+    assert data["meta"]["nccl_multinode_runs"] >= 3
+    commands = [c[1] for c in fake.calls]
+    assert any(c.startswith("dcgmi diag -r 3 -j") for c in commands)
+    assert any("all_reduce_perf" in c and "-g 8" in c for c in commands)
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "8-GPU all_reduce busbw per node" in page
+
+
+def test_limit_and_phase_are_exclusive(tmp_path: Path, monkeypatch, fake) -> None:
+    w, _ = wiring(tmp_path, fake=fake)
+    res = invoke(monkeypatch, w, tmp_path, "--limit", "gpu01", "--phase", "1")
+    assert res.exit_code == 2
+
+
+def test_phase_selects_its_nodes(tmp_path: Path, fake) -> None:
+    view = pipeline.ClusterView.load(topology(tmp_path), hostvars)
+    assert view.select(phase=2) == ["gpu05", "gpu06", "gpu07", "gpu08"]
+    assert view.select(limit="gpu[01-02]") == ["gpu01", "gpu02"]
+    with pytest.raises(Exception, match="not GPU nodes"):
+        view.select(limit="ctl01")
+
+
+def test_srun_command_shape() -> None:
+    coll = nccl.SrunCollective(
+        FakeRunner(), "ctl01", reservation="gpuforge", rail_devices={3: "mlx5_3"}
+    )
+    argv = shlex.split(coll.command(["gpu01", "gpu02", "gpu03"], rail=3))
+    assert argv[:5] == ["srun", "-N3", "--ntasks-per-node=1", "--gpus-per-node=8", "-w"]
+    assert argv[5] == "gpu[01-03]"
+    assert "--reservation=gpuforge" in argv
+    assert "--export=ALL,NCCL_IB_HCA==mlx5_3" in argv
+    assert argv[-9:] == ["all_reduce_perf", "-b", "8G", "-e", "8G", "-f", "2", "-g", "8"]
+
+
+def test_srun_collective_parses_and_times_out() -> None:
+    fake = FakeRunner()
+    fake.on("ctl01", "gpu[01-02]", real("nccl-tests/ocihowto-h200-2node-16gpu-all_reduce_perf.txt"))
+    fake.on("ctl01", "gpu[03-04]", "", rc=124, timed_out=True)
+    coll = nccl.SrunCollective(fake, "ctl01")
+    assert coll(("gpu01", "gpu02")) > 400
+    assert coll(("gpu03", "gpu04")) == 0.0
+    assert fake.calls[0][2] == 10 * 60 + 30
+    fake.on("ctl01", "gpu[05-06]", "", rc=255)
+    with pytest.raises(nccl.CollectiveUnavailable):
+        coll(("gpu05", "gpu06"))
+
+
+def test_single_node_nccl_judgement() -> None:
+    ok = CommandResult("n", "all_reduce_perf", 0, NCCL_OK)
+    assert nccl.judge_single_node("n", ok, 405.0, gpus=8).status is Status.PASS
+    low = nccl.judge_single_node("n", ok, 500.0, gpus=8)
+    assert low.status is Status.FAIL
+    assert low.measured == pytest.approx(476.98)
+    hung = CommandResult("n", "all_reduce_perf", None, "", timed_out=True)
+    assert nccl.judge_single_node("n", hung, 405.0, gpus=8).status is Status.FAIL
+    a100 = CommandResult(
+        "n", "x", 0, real("nccl-tests/superbench-a100-40gb-8gpu-all_reduce_perf.txt")
+    )
+    assert nccl.judge_single_node("n", a100, 199.8, gpus=8).status is Status.PASS
+
+
+def test_findings_make_exit_1(tmp_path: Path) -> None:
+    s = BatchSummary.build(
+        ["a"],
+        [CheckResult("a", "x", Status.PASS)],
+        tier=Tier.FULL,
+        findings=(Finding("leaf-uplink", "leaf1", "slow"),),
+    )
+    assert s.exit_code == 1

@@ -1,0 +1,82 @@
+"""Compute fabric: IB/RoCE ports, MTUs, sysctls and nccl.conf, against the fabric roles' files."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gpuforge.validate import checks
+from gpuforge.validate.conformance import parse_or_inconclusive
+from gpuforge.validate.parsers import ibstat
+
+RAILS = range(16)  # parametrized up to the largest rail count; absent rails skip
+
+
+def _rails(node: Any) -> list[dict[str, Any]]:
+    fabric = node.expected_fabric()
+    rails = fabric.get("rails") or node.node_type.get("rails") or []
+    return [dict(r) for r in rails]
+
+
+def _rail(node: Any, index: int) -> dict[str, Any]:
+    rails = _rails(node)
+    if index >= len(rails):
+        pytest.skip(f"node has {len(rails)} rails")
+    return rails[index]
+
+
+def _fabric_kind(node: Any) -> str:
+    return str(node.expected_fabric().get("kind") or node.vars.get("fabric_kind") or "infiniband")
+
+
+@pytest.mark.parametrize("rail", RAILS)
+def test_port(node: Any, record: Any, rail: int) -> None:
+    spec = _rail(node, rail)
+    res = node.output("ibstat")
+    report = parse_or_inconclusive(ibstat.parse, res)
+    rate = float(spec.get("rate_gbps") or node.vars.get("fabric_rate_gbps") or 400)
+    layer = str(
+        spec.get("link_layer") or ("Ethernet" if _fabric_kind(node) == "roce" else "InfiniBand")
+    )
+    [(_device, outcome)] = checks.ib_ports(report, [spec], rate_gbps=rate, link_layer=layer)
+    record.check(f"fabric.port[{rail}]", outcome, res.evidence())
+
+
+@pytest.mark.parametrize("rail", RAILS)
+def test_mtu(node: Any, record: Any, rail: int) -> None:
+    spec = _rail(node, rail)
+    if not spec.get("mtu") or not spec.get("netdev"):
+        pytest.skip("no MTU expectation for this rail")
+    netdev = str(spec["netdev"])
+    res = node.output(f"cat /sys/class/net/{netdev}/mtu")
+    got = res.stdout.strip()
+    want = int(spec["mtu"])
+    # IPoIB datagram mode caps the netdev MTU at the IB MTU minus the 4-byte IPoIB header.
+    ok = got.isdigit() and int(got) in (want, want - 4)
+    record.check(f"fabric.mtu[{rail}]", checks.Outcome(ok, got, want), res.evidence())
+
+
+def test_sysctls(node: Any, record: Any) -> None:
+    expected = node.expected_fabric().get("sysctls") or {}
+    if not expected:
+        pytest.skip("no /etc/gpuforge/expected/fabric.json sysctls")
+    keys = " ".join(sorted(expected))
+    res = node.output(f"sysctl {keys}")
+    record.check(
+        "fabric.sysctls",
+        checks.sysctl_values(checks.parse_kv(res.stdout), expected),
+        res.evidence(),
+    )
+
+
+def test_nccl_conf(node: Any, record: Any) -> None:
+    f = node.host.file("/etc/gpuforge/expected/nccl.json")
+    if not f.exists:
+        pytest.skip("no /etc/gpuforge/expected/nccl.json")
+    spec = json.loads(f.content_string)
+    path = str(spec.get("path") or "/etc/nccl.conf")
+    res = node.output(f"cat {path}")
+    outcome = checks.sysctl_values(checks.parse_kv(res.stdout), dict(spec.get("settings") or {}))
+    record.check("fabric.nccl_conf", outcome, res.evidence())
