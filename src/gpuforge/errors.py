@@ -22,9 +22,3 @@ class OperationError(GpuforgeError):
     """An operation (a command, a play, a container) failed."""
 
     exit_code = 1
-
-
-class CheckFailed(GpuforgeError):
-    """A validation ran and found something wrong."""
-
-    exit_code = 1

@@ -60,7 +60,7 @@ def strategy_settings() -> tuple[str, dict[str, str]]:
     if not wanted.startswith("mitogen"):
         return wanted, {"ANSIBLE_STRATEGY": wanted}
     try:
-        import ansible_mitogen  # noqa: PLC0415  (optional accelerator, looked up only when asked)
+        import ansible_mitogen  # type: ignore[import-untyped]  # noqa: PLC0415
     except ImportError:
         return "linear", {"ANSIBLE_STRATEGY": "linear"}
     plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
@@ -101,7 +101,8 @@ def run_playbook(
     strategy, env = strategy_settings()
     env = {
         **env,
-        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        # An operator's (or the lab's) ansible.cfg carries the SSH settings; else the project's.
+        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(REPO_ROOT / "ansible.cfg")),
         "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles"),
         "ANSIBLE_FORKS": str(forks),
     }

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from gpuforge import __version__
+from gpuforge.cli import deploy, inventory, lab, parse, plan, slurm, topology, validate
 from gpuforge.errors import GpuforgeError
 
 
@@ -28,29 +29,12 @@ def main() -> None:
     """Build and keep healthy GPU clusters from one topology spec."""
 
 
-def _register() -> None:
-    # Imported here so that `gpuforge --help` stays one import deep per group.
-    from gpuforge.cli import inventory, plan, topology
-
-    main.add_command(topology.topology)
-    main.add_command(inventory.inventory)
-    main.add_command(plan.plan)
-
-    from gpuforge.cli import slurm
-
-    main.add_command(slurm.slurm_group)
-
-    from gpuforge.cli import lab
-
-    main.add_command(lab.lab)
-
-    from gpuforge.cli import parse
-
-    main.add_command(parse.parse)
-
-    from gpuforge.cli import validate
-
-    main.add_command(validate.validate)
-
-
-_register()
+main.add_command(topology.topology)
+main.add_command(inventory.inventory)
+main.add_command(plan.plan)
+main.add_command(lab.lab)
+main.add_command(slurm.slurm_group)
+main.add_command(parse.parse)
+main.add_command(validate.validate)
+main.add_command(deploy.deploy)
+main.add_command(deploy.status)

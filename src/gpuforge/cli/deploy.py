@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -54,7 +55,7 @@ def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
 @click.option(
     "--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports")
 )
-def deploy(
+def deploy(  # noqa: PLR0917 - one parameter per CLI option
     phase_number: int,
     spec: Path | None,
     inventory: Path | None,
@@ -81,7 +82,9 @@ def deploy(
     if not controllers:
         raise InputError(f"{cluster.name} has no Slurm controller node group")
     infra = tuple(controllers + [n.hostname for n in cluster.by_role("login")])
-    run_dir = report_dir / cluster.name / f"phase_{phase_number:02d}-{time.strftime('%Y%m%dT%H%M%S')}"
+    run_dir = (
+        report_dir / cluster.name / f"phase_{phase_number:02d}-{time.strftime('%Y%m%dT%H%M%S')}"
+    )
     console = Console()
     store, lock = _store(state_dir, cluster)
     with DeployProgress(console) as progress:
@@ -100,6 +103,7 @@ def deploy(
             gate_fraction=phase.min_pass_fraction,
             infra=infra,
             only=tuple(expand_nodes(only)) if only else (),
+            level=level,
             redo=redo,
             force_reason=force_reason,
         )
@@ -142,12 +146,12 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
     cluster = load_cluster(spec or DEFAULT_SPEC)
     store, _ = _store(state_dir, cluster)
     nodes = {n.hostname: n for n in store.nodes()}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for phase in cluster.phases:
         counts = {s.value: 0 for s in NodeState}
         for host in phase.hosts:
             counts[nodes[host].state.value if host in nodes else "new"] += 1
-        gate = store.last_gate(phase.number)
+        last = store.last_gate(phase.number)
         rows.append(
             {
                 "phase": phase.number,
@@ -155,8 +159,8 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
                 "nodes": phase.hostlist,
                 "counts": {k: v for k, v in counts.items() if v},
                 "gate": None
-                if gate is None
-                else {"passed": gate.passed, "detail": gate.detail, "run": gate.run_id},
+                if last is None
+                else {"passed": last.passed, "detail": last.detail, "run": last.run_id},
             }
         )
     quarantined = [
@@ -166,8 +170,12 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
     ]
     if as_json:
         echo_json(
-            {"cluster": cluster.name, "phases": rows, "quarantined": quarantined,
-             "overrides": store.overrides()}
+            {
+                "cluster": cluster.name,
+                "phases": rows,
+                "quarantined": quarantined,
+                "overrides": store.overrides(),
+            }
         )
         return
     console = Console()
@@ -176,7 +184,11 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
         table.add_column(col)
     for row in rows:
         gate = row["gate"]
-        gate_text = "not run" if gate is None else ("[green]passed[/]" if gate["passed"] else "[red]failed[/]")
+        gate_text = (
+            "not run"
+            if gate is None
+            else ("[green]passed[/]" if gate["passed"] else "[red]failed[/]")
+        )
         states = ", ".join(f"{k} {v}" for k, v in row["counts"].items())
         table.add_row(f"{row['phase']} {row['name']}", str(row["nodes"]), states, gate_text)
     console.print(table)

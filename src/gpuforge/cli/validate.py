@@ -3,49 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge import slurm
 from gpuforge.errors import InputError
 from gpuforge.validate import pipeline
-from gpuforge.validate.conformance import SuiteRun, run_suite
-from gpuforge.validate.execution import SshRunner, SshTarget
+from gpuforge.validate.pipeline import wire
 from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import BatchSummary, Tier, Verdict
 from gpuforge.validate.verdict import SlurmAction, apply_verdicts
-
-
-@dataclass
-class Wiring:
-    """The real collaborators of a run; tests replace :func:`wire` to inject fakes."""
-
-    view: pipeline.ClusterView
-    deps: pipeline.Deps
-    slurm_runner: slurm.Runner | None
-
-
-def _suite(inventory: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
-    return run_suite(inventory, hosts, work)
-
-
-def wire(inventory: Path, *, need_slurm: bool) -> Wiring:
-    """Build the real wiring from an inventory directory."""
-    view = pipeline.ClusterView.load(inventory)
-    meta = view.inventory.get("_meta", {}).get("hostvars", {})
-    runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
-    deps = pipeline.Deps(
-        runner=runner, run_suite=_suite, collective=pipeline.make_collective(runner)
-    )
-    slurm_runner = None
-    if need_slurm:
-        ctl = view.controller()
-        slurm_runner = slurm.ssh_runner_from_hostvars(ctl, view.hostvars(ctl))
-    return Wiring(view, deps, slurm_runner)
 
 
 def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:

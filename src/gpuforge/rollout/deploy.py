@@ -143,7 +143,9 @@ def _run(
     )
     notes: list[str] = []
     admitted_peers = sorted(
-        n.hostname for n in store.nodes() if n.state is NodeState.ADMITTED and n.hostname not in batch
+        n.hostname
+        for n in store.nodes()
+        if n.state is NodeState.ADMITTED and n.hostname not in batch
     )
 
     def stage(name: str, hosts: list[str]) -> float:
@@ -167,44 +169,24 @@ def _run(
         store.transition(to_provision, NodeState.PROVISIONING, "provisioning", run_id)
         failed = steps.provision([*request.infra, *to_provision])
         _stop_on_infra(request.infra, failed, "provisioning")
+        store.transition(failed, NodeState.QUARANTINED, "provision failed", run_id, reasons=failed)
         store.transition(
-            failed, NodeState.QUARANTINED, "provision failed", run_id, reasons=failed
-        )
-        store.transition(
-            [h for h in to_provision if h not in failed], NodeState.PROVISIONED, "provisioned", run_id
+            [h for h in to_provision if h not in failed],
+            NodeState.PROVISIONED,
+            "provisioned",
+            run_id,
         )
         batch = [h for h in batch if h not in failed]
     timings["provision"] = time.monotonic() - t0
 
-    # 3 validate and 4 decide
+    # 3 validate, 4 decide, 5 admit
     t0 = stage("validate", batch)
-    verdicts: dict[str, NodeVerdict] = {}
-    report_paths: list[Path] = []
-    if batch:
-        store.transition(batch, NodeState.VALIDATING, f"validating ({request.level})", run_id)
-        validation = steps.validate(batch, request.level, admitted_peers)
-        store.record_results(run_id, validation.results)
-        report_paths.extend(validation.report_paths)
-        verdicts = validation.verdicts
-        missing = sorted(set(batch) - set(verdicts))
-        for host in missing:  # a node the validators said nothing about is not admitted
-            verdicts[host] = NodeVerdict(host, False, ("no validation result",), inconclusive=True)
+    verdicts, report_paths = _validate(
+        store, steps, request, run_id, batch=batch, peers=admitted_peers
+    )
     timings["validate"] = time.monotonic() - t0
-
-    # 5 admit: Slurm first, then the record, so a kill in between re-validates and re-admits
     t0 = stage("admit", batch)
-    admit = sorted(h for h, v in verdicts.items() if v.admit)
-    quarantine = {h: "; ".join(v.reasons) or "failed" for h, v in verdicts.items() if not v.admit}
-    inconclusive = sorted(h for h, v in verdicts.items() if v.inconclusive)
-    if inconclusive:
-        notes.append(
-            "inconclusive validation (not admitted, reported, drained only if already drained): "
-            + ", ".join(inconclusive)
-        )
-    if batch:
-        steps.admit(admit, quarantine)
-        store.transition(admit, NodeState.ADMITTED, "validation passed", run_id)
-        store.transition(quarantine, NodeState.QUARANTINED, "", run_id, reasons=quarantine)
+    notes.extend(_admit(store, steps, run_id, verdicts))
     timings["admit"] = time.monotonic() - t0
 
     # 6 record the gate
@@ -212,6 +194,47 @@ def _run(
     gate = evaluate_gate(store, run_id, request.phase, list(request.hosts), request.gate_fraction)
     timings["record"] = time.monotonic() - t0
     return DeployOutcome(run_id, gate, timings, notes, report_paths)
+
+
+def _validate(
+    store: StateStore,
+    steps: Steps,
+    request: DeployRequest,
+    run_id: int,
+    *,
+    batch: list[str],
+    peers: list[str],
+) -> tuple[dict[str, NodeVerdict], list[Path]]:
+    if not batch:
+        return {}, []
+    store.transition(batch, NodeState.VALIDATING, f"validating ({request.level})", run_id)
+    validation = steps.validate(batch, request.level, peers)
+    store.record_results(run_id, validation.results)
+    verdicts = dict(validation.verdicts)
+    for host in sorted(set(batch) - set(verdicts)):  # silence from the validators is no pass
+        verdicts[host] = NodeVerdict(host, False, ("no validation result",), inconclusive=True)
+    return verdicts, list(validation.report_paths)
+
+
+def _admit(
+    store: StateStore, steps: Steps, run_id: int, verdicts: dict[str, NodeVerdict]
+) -> list[str]:
+    """Slurm first, then the record: a kill in between re-validates and re-admits."""
+    if not verdicts:
+        return []
+    admit = sorted(h for h, v in verdicts.items() if v.admit)
+    quarantine = {h: "; ".join(v.reasons) or "failed" for h, v in verdicts.items() if not v.admit}
+    steps.admit(admit, quarantine)
+    store.transition(admit, NodeState.ADMITTED, "validation passed", run_id)
+    store.transition(quarantine, NodeState.QUARANTINED, "", run_id, reasons=quarantine)
+    inconclusive = sorted(h for h, v in verdicts.items() if v.inconclusive)
+    if not inconclusive:
+        return []
+    return [
+        "validation was inconclusive on "
+        + ", ".join(inconclusive)
+        + ": not admitted, and drained so that no job lands on a node nobody validated"
+    ]
 
 
 def _stop_on_infra(infra: tuple[str, ...], problems: dict[str, str], step: str) -> None:

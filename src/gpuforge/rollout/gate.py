@@ -9,7 +9,7 @@ from gpuforge.errors import GpuforgeError
 from gpuforge.rollout.state import GateRecord, NodeState, StateStore
 
 
-class GateClosed(GpuforgeError):
+class GateClosed(GpuforgeError):  # noqa: N818 - reads as the outcome it reports
     """The previous phase has not passed its gate; exit 1 with what failed."""
 
     exit_code = 1
@@ -31,7 +31,9 @@ def evaluate_gate(
     detail = f"{len(admitted)}/{len(hosts)} admitted, {needed} needed ({required:.0%})"
     if failing:
         detail += "; not admitted: " + ", ".join(failing)
-    gate = GateRecord(run_id, phase, passed, len(admitted), len(hosts), required, detail, time.time())
+    gate = GateRecord(
+        run_id, phase, passed, len(admitted), len(hosts), required, detail, time.time()
+    )
     store.record_gate(gate)
     return gate
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpuforge.errors import OperationError
 
 
-class LockHeld(OperationError):
+class LockHeld(OperationError):  # noqa: N818 - reads as the outcome it reports
     """Another live process holds the cluster's lock."""
 
 

@@ -20,7 +20,8 @@ _HTML = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{{ r.cluster }} phase {{ r.phase }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse}td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}
+table{border-collapse:collapse}
+td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}
 .admitted{color:#1a7f37}.quarantined,.unreachable{color:#cf222e;font-weight:600}
 .passed{color:#1a7f37}.failed{color:#cf222e}
 </style></head><body>

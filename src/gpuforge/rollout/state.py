@@ -4,7 +4,8 @@ Every change is a transaction (``BEGIN IMMEDIATE`` … ``COMMIT``) on a database
 process killed at any instant leaves either the old record or the new one, never half of a change.
 ``synchronous=NORMAL`` is enough for that: a committed transaction is in the WAL before ``COMMIT``
 returns and survives the death of the process; only a power cut can lose the newest transactions
-(never corrupt older ones), and a re-run redoes those steps because every step is idempotent. A node's lifecycle is::
+(never corrupt older ones), and a re-run redoes those steps because every step is idempotent.
+A node's lifecycle is::
 
     new → provisioning → provisioned → validating → admitted | quarantined | unreachable
 
@@ -38,8 +39,8 @@ class NodeState(StrEnum):
     UNREACHABLE = "unreachable"
 
 
-# Which states a node may move to from each state. Any state may go back to PROVISIONING (a redo or a
-# repair) or to UNREACHABLE (preflight found it gone).
+# Which states a node may move to from each state. Any state may go back to PROVISIONING (a redo
+# or a repair) or to UNREACHABLE (preflight found it gone).
 _ALLOWED: dict[NodeState, frozenset[NodeState]] = {
     NodeState.NEW: frozenset({NodeState.PROVISIONING, NodeState.VALIDATING}),
     NodeState.PROVISIONING: frozenset({NodeState.PROVISIONED, NodeState.QUARANTINED}),
@@ -188,7 +189,7 @@ class StateStore:
     # -- nodes -------------------------------------------------------------------------------
 
     def register_nodes(self, nodes: Iterable[tuple[str, int]]) -> int:
-        """Add nodes (hostname, phase) not yet known, in state ``new``. Returns how many were new."""
+        """Add nodes (hostname, phase) not yet known, in state ``new``; return how many."""
         now = time.time()
         with self.transaction() as db:
             before = db.total_changes
@@ -256,7 +257,8 @@ class StateStore:
     def transitions(self, hostname: str) -> list[tuple[str, str, str, float]]:
         """(from, to, reason, at) for one node, oldest first."""
         rows = self._conn.execute(
-            "SELECT from_state, to_state, reason, at FROM transitions WHERE hostname = ? ORDER BY id",
+            "SELECT from_state, to_state, reason, at FROM transitions"
+            " WHERE hostname = ? ORDER BY id",
             (hostname,),
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
@@ -275,8 +277,7 @@ class StateStore:
                 "INSERT INTO runs(phase, level, operator, pid, started_at) VALUES (?,?,?,?,?)",
                 (phase, level, operator, os.getpid(), time.time()),
             )
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+            return int(cur.lastrowid or 0)
 
     def finish_run(self, run_id: int, status: str, detail: str = "") -> None:
         with self.transaction() as db:
@@ -286,9 +287,7 @@ class StateStore:
             )
 
     def runs(self, phase: int | None = None) -> list[RunRecord]:
-        sql = (
-            "SELECT id, phase, level, operator, started_at, finished_at, status, detail FROM runs"
-        )
+        sql = "SELECT id, phase, level, operator, started_at, finished_at, status, detail FROM runs"
         args: tuple[Any, ...] = ()
         if phase is not None:
             sql += " WHERE phase = ?"
@@ -302,8 +301,8 @@ class StateStore:
         now = time.time()
         with self.transaction() as db:
             db.executemany(
-                "INSERT INTO check_results(run_id, hostname, check_name, status, measured, expected,"
-                " evidence, duration_s, at) VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO check_results(run_id, hostname, check_name, status, measured,"
+                " expected, evidence, duration_s, at) VALUES (?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         run_id,
@@ -377,7 +376,12 @@ class StateStore:
         return {
             "schema_version": SCHEMA_VERSION,
             "nodes": [
-                {"hostname": n.hostname, "phase": n.phase, "state": n.state.value, "reason": n.reason}
+                {
+                    "hostname": n.hostname,
+                    "phase": n.phase,
+                    "state": n.state.value,
+                    "reason": n.reason,
+                }
                 for n in self.nodes()
             ],
             "runs": [

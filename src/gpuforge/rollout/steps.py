@@ -1,4 +1,4 @@
-"""The real deploy steps: Ansible for preflight and provisioning, the validators, Slurm admission."""
+"""The real deploy steps: Ansible preflight and provisioning, the validators, Slurm admission."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ class AnsibleSteps:
     def provision(self, hosts: list[str]) -> dict[str, str]:
         result = self._play("provision", "site.yml", hosts)
         failed = dict(result.failed)
-        failed.update({h: f"unreachable during provisioning: {m}" for h, m in result.unreachable.items()})
+        for host, message in result.unreachable.items():
+            failed[host] = f"unreachable during provisioning: {message}"
         if result.status not in ("successful", "failed"):
             failed.update(
                 {h: f"play {result.status} (rc {result.rc})" for h in hosts if h not in failed}

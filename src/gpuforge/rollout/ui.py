@@ -90,4 +90,3 @@ class DeployProgress:
             self._done.add(host)
             self.progress.advance(self._stage_task)
         self._live.update(self._render())
-

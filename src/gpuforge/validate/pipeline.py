@@ -19,10 +19,11 @@ from typing import Any
 
 import hostlist
 
+from gpuforge import slurm
 from gpuforge.errors import InputError
 from gpuforge.validate import burnin, nccl
-from gpuforge.validate.conformance import SuiteRun
-from gpuforge.validate.execution import CommandRunner
+from gpuforge.validate.conformance import SuiteRun, run_suite
+from gpuforge.validate.execution import CommandRunner, SshRunner, SshTarget
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
@@ -385,3 +386,29 @@ def make_collective(
             return not_run(nodes, "nccl.multinode", str(exc), Tier.FULL), [], 0
 
     return run
+
+
+@dataclass
+class Wiring:
+    """The real collaborators of a run (the CLI's tests replace :func:`wire` with fakes)."""
+
+    view: ClusterView
+    deps: Deps
+    slurm_runner: slurm.Runner | None
+
+
+def _suite(inventory: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+    return run_suite(inventory, hosts, work)
+
+
+def wire(inventory: Path, *, need_slurm: bool = False) -> Wiring:
+    """Build the real wiring from an inventory directory."""
+    view = ClusterView.load(inventory)
+    meta = view.inventory.get("_meta", {}).get("hostvars", {})
+    runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
+    deps = Deps(runner=runner, run_suite=_suite, collective=make_collective(runner))
+    slurm_runner = None
+    if need_slurm:
+        ctl = view.controller()
+        slurm_runner = slurm.ssh_runner_from_hostvars(ctl, view.hostvars(ctl))
+    return Wiring(view, deps, slurm_runner)

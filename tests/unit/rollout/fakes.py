@@ -36,8 +36,15 @@ class FakeSteps:
             for h in hosts
         }
         results = tuple(
-            ResultRow(h, self.faulty.get(h, "gpu_count"), "fail" if h in self.faulty else "pass",
-                      "7" if h in self.faulty else "8", "8", "", 0.1)
+            ResultRow(
+                h,
+                self.faulty.get(h, "gpu_count"),
+                "fail" if h in self.faulty else "pass",
+                "7" if h in self.faulty else "8",
+                "8",
+                "",
+                0.1,
+            )
             for h in hosts
         )
         return Validation(verdicts, results)

@@ -34,7 +34,9 @@ def test_healthy_phase_admits_every_node(store: StateStore, tmp_path: Path) -> N
     assert steps.slurm == dict.fromkeys(PHASE1, "resumed")
 
 
-def test_faulty_node_is_quarantined_with_the_failed_check(store: StateStore, tmp_path: Path) -> None:
+def test_faulty_node_is_quarantined_with_the_failed_check(
+    store: StateStore, tmp_path: Path
+) -> None:
     steps = FakeSteps(faulty={"gpu02": "nvlink_links_up"})
     outcome = _deploy(store, steps, tmp_path)
     assert store.node("gpu02").state is NodeState.QUARANTINED
@@ -50,7 +52,9 @@ def test_unreachable_node_is_left_out_not_fatal(store: StateStore, tmp_path: Pat
     assert ("provision", ("gpu01", "gpu02", "gpu04")) in steps.calls
 
 
-def test_provision_failure_quarantines_and_skips_validation(store: StateStore, tmp_path: Path) -> None:
+def test_provision_failure_quarantines_and_skips_validation(
+    store: StateStore, tmp_path: Path
+) -> None:
     steps = FakeSteps(broken_provision={"gpu01"})
     _deploy(store, steps, tmp_path)
     assert store.node("gpu01").state is NodeState.QUARANTINED
@@ -60,7 +64,9 @@ def test_provision_failure_quarantines_and_skips_validation(store: StateStore, t
 
 def test_gate_blocks_next_phase_and_names_what_failed(store: StateStore, tmp_path: Path) -> None:
     _deploy(store, FakeSteps(faulty={"gpu01": "ecc", "gpu02": "xid"}), tmp_path)
-    with pytest.raises(GateClosed, match=r"phase 1 failed its gate: 2/4 admitted.*gpu01 \(quarantined: ecc\)"):
+    with pytest.raises(
+        GateClosed, match=r"phase 1 failed its gate: 2/4 admitted.*gpu01 \(quarantined: ecc\)"
+    ):
         _deploy(store, FakeSteps(), tmp_path, phase=2)
 
 
@@ -101,7 +107,9 @@ def test_only_revalidates_a_repaired_node(store: StateStore, tmp_path: Path) -> 
     assert history[-3:] == ["provisioned", "validating", "admitted"]
 
 
-def test_interrupted_validation_resumes_without_reprovisioning(store: StateStore, tmp_path: Path) -> None:
+def test_interrupted_validation_resumes_without_reprovisioning(
+    store: StateStore, tmp_path: Path
+) -> None:
     store.register_nodes((h, 1) for h in PHASE1)
     store.transition(PHASE1, NodeState.PROVISIONING, "", None)
     store.transition(PHASE1, NodeState.PROVISIONED, "", None)
@@ -119,7 +127,9 @@ def test_only_outside_the_phase_is_bad_input(store: StateStore, tmp_path: Path) 
 
 def test_controller_is_provisioned_with_the_batch(store: StateStore, tmp_path: Path) -> None:
     steps = FakeSteps()
-    request = DeployRequest(phase=1, hosts=PHASE1, gate_fraction=1.0, infra=("ctl01",), operator="t")
+    request = DeployRequest(
+        phase=1, hosts=PHASE1, gate_fraction=1.0, infra=("ctl01",), operator="t"
+    )
     deploy_phase(store, steps, request, lock_path=tmp_path / "lock")
     assert steps.calls[1] == ("provision", ("ctl01", *PHASE1))
     assert [n.hostname for n in store.nodes()] == list(PHASE1)  # infra is not a GPU node record
@@ -127,7 +137,9 @@ def test_controller_is_provisioned_with_the_batch(store: StateStore, tmp_path: P
 
 def test_unreachable_controller_stops_the_run(store: StateStore, tmp_path: Path) -> None:
     steps = FakeSteps(unreachable={"ctl01"})
-    request = DeployRequest(phase=1, hosts=PHASE1, gate_fraction=1.0, infra=("ctl01",), operator="t")
-    with pytest.raises(Exception, match="infrastructure node.*ctl01: ssh: connection refused"):
+    request = DeployRequest(
+        phase=1, hosts=PHASE1, gate_fraction=1.0, infra=("ctl01",), operator="t"
+    )
+    with pytest.raises(Exception, match=r"infrastructure node.*ctl01: ssh: connection refused"):
         deploy_phase(store, steps, request, lock_path=tmp_path / "lock")
     assert store.runs()[-1].status == "aborted"

@@ -11,7 +11,9 @@ import pytest
 from gpuforge.rollout.lock import LockHeld, cluster_lock
 
 
-def _hold(path: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event) -> None:
+def _hold(
+    path: str, ready: multiprocessing.synchronize.Event, stop: multiprocessing.synchronize.Event
+) -> None:
     with cluster_lock(Path(path), "deploy --phase 1"):
         ready.set()
         stop.wait(30)
@@ -24,8 +26,9 @@ def test_second_operator_is_refused_with_the_holder_named(tmp_path: Path) -> Non
     holder.start()
     try:
         assert ready.wait(30)
-        with pytest.raises(LockHeld, match=rf"pid {holder.pid} on .*deploy --phase 1"), cluster_lock(
-            tmp_path / "lab.lock", "deploy --phase 2"
+        with (
+            pytest.raises(LockHeld, match=rf"pid {holder.pid} on .*deploy --phase 1"),
+            cluster_lock(tmp_path / "lab.lock", "deploy --phase 2"),
         ):
             pass
     finally:

@@ -123,7 +123,7 @@ def wiring(
     slow_nccl: Sequence[str] = (),
     drained: dict[str, str] | None = None,
     fake: FakeRunner,
-) -> tuple[cli_validate.Wiring, FakeSlurm]:
+) -> tuple[pipeline.Wiring, FakeSlurm]:
     view = pipeline.ClusterView.load(topology(tmp), hostvars)
     fake.on("gpu03", "gpu_burn", BURN_BAD)  # FAULTY GPUs, exit 0
     fake.on("*", "gpu_burn", BURN_OK)
@@ -147,10 +147,10 @@ def wiring(
         now=lambda: "2026-11-30T00:00:00+00:00",
     )
     sl = FakeSlurm(drained or {})
-    return cli_validate.Wiring(view, deps, sl), sl
+    return pipeline.Wiring(view, deps, sl), sl
 
 
-def invoke(monkeypatch: pytest.MonkeyPatch, w: cli_validate.Wiring, tmp: Path, *args: str):
+def invoke(monkeypatch: pytest.MonkeyPatch, w: pipeline.Wiring, tmp: Path, *args: str):
     monkeypatch.setattr(cli_validate, "wire", lambda *_a, **_k: w)
     return CliRunner().invoke(
         main,
