@@ -24,7 +24,7 @@ setup: $(STAMP) ## Create .venv and install gpuforge with pinned dependencies
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'  # --no-compile: the ansible collections are 30k+ files
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 .PHONY: system-deps
