@@ -17,6 +17,16 @@ systemctl set-default multi-user.target
 # so SSH sessions open in a container exactly as they do on a host.
 sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd
 
+# A container cannot raise its hard rlimits (no CAP_SYS_RESOURCE), so the memlock/nofile limits
+# the base and rdma roles write for RDMA would make a required pam_limits refuse every login.
+# Optional here: the limits are still applied up to the container's ceiling, and the validators
+# still see (and report) what a session really gets.
+sed -i 's/^session\s\+required\s\+pam_limits.so/session optional pam_limits.so/' /etc/pam.d/sshd
+
+# No per-login systemd user manager: under podman, stopping user@0.service can hang for its
+# 25 s timeout and every SSH login waits on it. Logins need no user manager on a node.
+sed -i '/pam_systemd.so/d' /etc/pam.d/common-session
+
 # Host keys and the machine id are per container, created on first boot.
 rm -f /etc/ssh/ssh_host_*
 : > /etc/machine-id

@@ -115,6 +115,51 @@ Restart=no
 WantedBy=multi-user.target
 """
 
+DEVICES_UNIT = """[Unit]
+Description=NVIDIA device files /dev/nvidia* (gpuforge lab simulator)
+DefaultDependencies=no
+After=local-fs.target
+Before=nvidia-persistenced.service slurmd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/nvidia-modprobe
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+DEVICES_POSTINST = """#!/bin/sh
+# gpuforge lab simulator: create the device files now and at every boot (/dev is a tmpfs).
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+    systemctl enable --now gpuforge-sim-nvidia-devices.service >/dev/null 2>&1 || true
+fi
+exit 0
+"""
+
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon (gpuforge lab simulator)
+Wants=syslog.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --verbose
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+PERSISTENCED = """#!/bin/sh
+# gpuforge lab simulator: stands in for nvidia-persistenced, which keeps GPU state initialised
+# while no client holds the device open. A lab node has no device to hold, so this only stays
+# in the foreground for systemd to supervise, as the real daemon stays resident.
+echo "nvidia-persistenced (gpuforge lab simulator): started with $*"
+exec sleep infinity
+"""
+
 DCGM_UNIT = """[Unit]
 Description=NVIDIA DCGM service (gpuforge lab simulator)
 
@@ -227,11 +272,37 @@ def driver_packages(version: str) -> list[Package]:
         scripts={"postinst": DIVERT_POSTINST, "postrm": DIVERT_POSTRM},
         extra={"Provides": f"nvidia-kernel-dkms-any (= {v}), nvidia-open-kernel-dkms (= {v})"},
     )
+    modprobe = Package(
+        "nvidia-modprobe",
+        v,
+        f"utility to load the NVIDIA kernel module and create device files {version}",
+        [f"gpuforge-sim-common (>= {SIM_VERSION}-1)"],
+        {
+            "/usr/bin/nvidia-modprobe": entry("nvidia-modprobe"),
+            "/lib/systemd/system/gpuforge-sim-nvidia-devices.service": (DEVICES_UNIT, 0o644),
+        },
+        scripts={"postinst": DEVICES_POSTINST},
+    )
+    persistenced = Package(
+        "nvidia-persistenced",
+        v,
+        f"daemon to maintain persistent software state in the NVIDIA driver {version}",
+        [],
+        {
+            "/usr/bin/nvidia-persistenced": (PERSISTENCED, 0o755),
+            "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT, 0o644),
+        },
+    )
     cuda = Package(
         "nvidia-driver-cuda",
         v,
         f"NVIDIA driver CUDA integration components {version} (simulated nvidia-smi)",
-        [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", f"nvidia-kernel-open-dkms (= {v})"],
+        [
+            f"gpuforge-sim-common (>= {SIM_VERSION}-1)",
+            f"nvidia-kernel-open-dkms (= {v})",
+            f"nvidia-persistenced (= {v})",
+            f"nvidia-modprobe (= {v})",
+        ],
         {"/usr/bin/nvidia-smi": entry("nvidia-smi")},
     )
     driver = Package(
@@ -269,7 +340,7 @@ def driver_packages(version: str) -> list[Package]:
         },
         extra={"Provides": "nvidia-fabricmanager", "Conflicts": "nvidia-fabricmanager"},
     )
-    return [kernel, cuda, driver, drivers_branch, drivers, fm]
+    return [kernel, modprobe, persistenced, cuda, driver, drivers_branch, drivers, fm]
 
 
 def nccl_packages(version: str) -> list[Package]:

@@ -9,6 +9,7 @@ right after an ansible-core upgrade that Mitogen does not support yet.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -107,7 +108,7 @@ def run_playbook(
         "ANSIBLE_FORKS": str(forks),
     }
     private = Path(tempfile.mkdtemp(prefix="gpuforge-runner-"))
-    artifacts = artifact_dir or private / "artifacts"
+    artifacts = Path(artifact_dir).resolve() if artifact_dir else private / "artifacts"
     failed: dict[str, str] = {}
     unreachable: dict[str, str] = {}
     facts: dict[str, dict[str, Any]] = {}
@@ -133,7 +134,8 @@ def run_playbook(
             private_data_dir=str(private),
             artifact_dir=str(artifacts),
             playbook=str(playbook_path),
-            inventory=str(inventory),
+            # ansible-runner takes a string that is not an existing path as inventory *content*.
+            inventory=str(Path(inventory).resolve()),
             limit=limit,
             extravars=dict(extravars or {}),
             tags=tags,
@@ -159,6 +161,11 @@ def run_playbook(
             hosts[host] = HostStats(**{**_as_dict(current), attr: count})
     for host in (*failed, *unreachable):
         hosts.setdefault(host, HostStats())
+    if not hosts and run.status != "successful":
+        raise OperationError(
+            f"{playbook_path.name} stopped before reaching any host ({run.status}, rc {run.rc}):"
+            f" {_tail(Path(artifacts))}"
+        )
     return RunResult(
         status=str(run.status),
         rc=int(run.rc),
@@ -169,6 +176,15 @@ def run_playbook(
         strategy=strategy,
         facts=facts,
     )
+
+
+def _tail(artifacts: Path, lines: int = 5) -> str:
+    """The last lines ansible-playbook printed, without colour codes."""
+    outputs = sorted(artifacts.glob("**/stdout"), key=lambda p: p.stat().st_mtime)
+    if not outputs:
+        return "no output"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", outputs[-1].read_text(errors="replace"))
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
 def _as_dict(stats: HostStats) -> dict[str, int]:

@@ -9,7 +9,7 @@ from .state import SimError
 
 
 def _tools() -> dict[str, Callable[[list[str]], int]]:
-    from . import dcgmi, fabricmanager, gpuburn, ib, kmsg, nccl, nvsmi  # noqa: PLC0415
+    from . import dcgmi, devices, fabricmanager, gpuburn, ib, kmsg, nccl, nvsmi  # noqa: PLC0415
 
     table: dict[str, Callable[[list[str]], int]] = {
         "nvidia-smi": nvsmi.main,
@@ -23,6 +23,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "lsmod": kmsg.lsmod_main,
         "modprobe": kmsg.modprobe_main,
         "nv-fabricmanager": fabricmanager.main,
+        "nvidia-modprobe": devices.main,
     }
     for coll in nccl.COLLECTIVES:
         table[f"{coll}_perf"] = nccl.make_main(coll)
@@ -41,6 +42,7 @@ TOOLS = (
     "lsmod",
     "modprobe",
     "nv-fabricmanager",
+    "nvidia-modprobe",
     "all_reduce_perf",
     "all_gather_perf",
     "alltoall_perf",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -16,11 +18,24 @@ class _Root(click.Group):
     """Maps gpuforge's exceptions to exit codes (0 ok, 1 failed, 2 bad input)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        _tools_first_on_path()
         try:
             return super().invoke(ctx)
         except GpuforgeError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+
+
+def _tools_first_on_path() -> None:
+    """Find ansible-playbook, ansible-inventory and pytest in gpuforge's own environment.
+
+    ``.venv/bin/gpuforge`` works without activating the virtual environment: the commands it
+    starts (directly or through ansible-runner) are the ones pinned next to its interpreter.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, path]) if path else bin_dir
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})

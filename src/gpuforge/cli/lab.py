@@ -81,8 +81,8 @@ def up_cmd(spec: Path | None, faults: Path | None) -> None:
     ensure_image(progress=_progress)
     ensure_mirror(progress=_progress)
 
-    def writer(out_dir: Path, host_vars: Any) -> None:
-        write_inventory(model, out_dir, extra_host_vars=host_vars)
+    def writer(out_dir: Path, host_vars: Any, extra_files: Any) -> None:
+        write_inventory(model, out_dir, extra_host_vars=host_vars, extra_files=extra_files)
 
     result = lab_cluster.up(plan, writer, cluster_info=info, progress=_progress)
     lab_cluster.apply_faults(plan.name, states)

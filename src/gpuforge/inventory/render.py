@@ -285,18 +285,24 @@ def write_inventory(
     out_dir: Path | str,
     *,
     extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_files: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write the inventory into ``out_dir`` atomically; return the files written.
 
     Everything is rendered first, written into a temporary directory next to ``out_dir``, and
     renamed into place; an existing ``out_dir`` is replaced as a whole. ``extra_host_vars``
-    (hostname -> variables) adds per-host data such as the lab's ``ansible_host``.
+    (hostname -> variables) adds per-host data such as the lab's ``ansible_host``;
+    ``extra_files`` (relative path -> text) adds files such as a second inventory source.
     """
     out = Path(out_dir)
     unknown = sorted(set(extra_host_vars or {}) - {n.hostname for n in cluster.nodes})
     if unknown:
         raise OperationError(f"extra host vars for hosts not in the cluster: {', '.join(unknown)}")
     files = render_files(cluster, extra_host_vars)
+    clashes = sorted(set(files) & set(extra_files or {}))
+    if clashes:
+        raise OperationError(f"extra inventory files would replace generated ones: {clashes}")
+    files.update(extra_files or {})
     if out.exists() and not out.is_dir():
         raise OperationError(f"{out} exists and is not a directory")
     try:

@@ -39,9 +39,11 @@ SIM_STATE_PATH = "/var/lib/gpuforge-sim/state.json"
 BOOT_TIMEOUT = 180.0
 SSH_TIMEOUT = 30.0
 MAX_PARALLEL = 8
+#: The lab's own inventory source inside the generated inventory directory.
+LAB_VARS_FILE = "lab.yml"
 
-#: Writes the Ansible inventory into a directory, given per-host extra variables.
-InventoryWriter = Callable[[Path, Mapping[str, Mapping[str, Any]]], None]
+#: Writes the generated inventory: (directory, per-host variables, extra files by relative path).
+InventoryWriter = Callable[[Path, Mapping[str, Mapping[str, Any]], Mapping[str, str]], None]
 Progress = Callable[[str], None]
 
 
@@ -183,7 +185,6 @@ def up(
         _write_if_changed(sdir / "known_hosts", _known_hosts(plan, host_keys), result)
         _write_if_changed(sdir / "ssh_config", _ssh_config(plan, sdir, key), result)
         _write_if_changed(sdir / "ansible.cfg", _ansible_cfg(sdir), result)
-        _write_if_changed(sdir / "lab-vars.yml", _lab_vars(plan), result)
         _write_if_changed(sdir / "lab.json", json.dumps(_state(plan), indent=2) + "\n", result)
         if cluster_info is not None:
             info = json.dumps(cluster_info, indent=2, sort_keys=True) + "\n"
@@ -552,7 +553,7 @@ def _ansible_cfg(sdir: Path) -> str:
     for section in ("defaults", "ssh_connection"):
         if not cfg.has_section(section):
             cfg.add_section(section)
-    cfg["defaults"]["inventory"] = f"{sdir / 'inventory' / 'hosts.yml'},{sdir / 'lab-vars.yml'}"
+    cfg["defaults"]["inventory"] = str(sdir / "inventory")
     cfg["defaults"]["roles_path"] = str(REPO_ROOT / "roles")
     cfg["defaults"]["host_key_checking"] = "true"
     cfg["defaults"]["fact_caching_connection"] = str(sdir / "facts")
@@ -567,12 +568,20 @@ def _ansible_cfg(sdir: Path) -> str:
     return buf.getvalue()
 
 
-def _lab_vars(plan: LabPlan) -> str:
-    """Lab-wide variables: the package repository roles install from."""
+def _lab_vars(plan: LabPlan, sdir: Path) -> str:
+    """Lab-wide variables: how to reach the nodes, and the package repository roles install from.
+
+    They live in ``inventory/lab.yml``, a second inventory source, so that anything given the
+    inventory alone (``-i``, ``gpuforge deploy --inventory``, the validators' SSH) reaches the lab
+    with its own known_hosts.
+    """
     url = f"http://{plan.mirror_name}/"
     data = {
         "all": {
             "vars": {
+                "ansible_ssh_common_args": (
+                    f"-o UserKnownHostsFile={sdir / 'known_hosts'} -o StrictHostKeyChecking=yes"
+                ),
                 "gpuforge_apt_repo_url": url,
                 "gpuforge_apt_repo_suite": "stable",
                 "gpuforge_apt_repo_components": ["main"],
@@ -602,7 +611,7 @@ def _write_inventory(
     }
     inv = sdir / "inventory"
     before = _tree_digest(inv)
-    writer(inv, host_vars)
+    writer(inv, host_vars, {LAB_VARS_FILE: _lab_vars(plan, sdir)})
     if _tree_digest(inv) != before:
         result.files_changed.append(str(inv))
 

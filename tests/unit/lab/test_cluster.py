@@ -98,18 +98,21 @@ def test_ssh_config_checks_host_keys(plan: LabPlan, tmp_path: Path) -> None:
 def test_ansible_cfg_points_at_the_lab(tmp_path: Path) -> None:
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read_string(cluster._ansible_cfg(tmp_path))
-    assert cfg["defaults"]["inventory"] == (
-        f"{tmp_path / 'inventory' / 'hosts.yml'},{tmp_path / 'lab-vars.yml'}"
-    )
+    assert cfg["defaults"]["inventory"] == str(tmp_path / "inventory")
     assert cfg["defaults"]["host_key_checking"] == "true"
     assert f"UserKnownHostsFile={tmp_path / 'known_hosts'}" in cfg["ssh_connection"]["ssh_args"]
     assert "ControlPersist" in cfg["ssh_connection"]["ssh_args"]  # the repository's settings kept
 
 
-def test_lab_vars_point_roles_at_the_mirror(plan: LabPlan) -> None:
+def test_lab_vars_point_roles_at_the_mirror_and_ssh_at_the_lab_host_keys(
+    plan: LabPlan, tmp_path: Path
+) -> None:
     import yaml  # noqa: PLC0415
 
-    data = yaml.safe_load(cluster._lab_vars(plan))["all"]["vars"]
+    data = yaml.safe_load(cluster._lab_vars(plan, tmp_path))["all"]["vars"]
+    assert data["ansible_ssh_common_args"] == (
+        f"-o UserKnownHostsFile={tmp_path / 'known_hosts'} -o StrictHostKeyChecking=yes"
+    )
     assert data["gpuforge_apt_repo_url"] == "http://t-mirror/"
     assert data["gpuforge_apt_repo_key_url"] == "http://t-mirror/gpuforge-lab.asc"
     assert data["gpuforge_apt_repo_suite"] == "stable"

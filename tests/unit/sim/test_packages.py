@@ -64,6 +64,14 @@ def test_every_package_says_it_is_simulated(trees: dict[str, dict[str, str]]) ->
 def test_driver_depends_on_matching_kernel_module(trees: dict[str, dict[str, str]]) -> None:
     deps = trees["nvidia-driver-cuda=570.124.06-1"]["Depends"]
     assert "nvidia-kernel-open-dkms (= 570.124.06-1)" in deps
+    assert "nvidia-persistenced (= 570.124.06-1)" in deps
+
+
+def test_persistenced_ships_a_unit_the_driver_role_starts(trees: dict[str, dict[str, str]]) -> None:
+    root = Path(trees["nvidia-persistenced=570.133.20-1"]["_root"])
+    unit = (root / "lib/systemd/system/nvidia-persistenced.service").read_text()
+    assert "ExecStart=/usr/bin/nvidia-persistenced" in unit
+    assert (root / "usr/bin/nvidia-persistenced").stat().st_mode & 0o111
 
 
 def test_entry_scripts_are_executable(trees: dict[str, dict[str, str]]) -> None:

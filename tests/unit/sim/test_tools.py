@@ -11,9 +11,11 @@ import dataclasses
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -468,3 +470,20 @@ def test_state_file_override_is_required_outside_the_lab() -> None:
     )
     assert out.returncode == 9
     assert "couldn't communicate with the NVIDIA driver" in out.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_nvidia_modprobe_creates_one_device_file_per_gpu(sim: Runner, tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    env = {"GPUFORGE_SIM_DEV_DIR": str(dev)}
+    assert sim("gpu001", "nvidia-modprobe", env=env).returncode == 0
+    assert sorted(p.name for p in dev.iterdir()) == [
+        *(f"nvidia{i}" for i in range(8)),
+        "nvidiactl",
+    ]
+    ctl = (dev / "nvidiactl").stat()
+    assert stat.S_ISCHR(ctl.st_mode)
+    assert (os.major(ctl.st_rdev), os.minor(ctl.st_rdev)) == (195, 255)
+    assert os.minor((dev / "nvidia7").stat().st_rdev) == 7
+    assert sim("gpu001", "nvidia-modprobe", "-c", "3", env=env).returncode == 0  # exists: no-op
