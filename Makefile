@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= examples/topologies/lab.yaml
 PHASE  ?= 1
 ROLE   ?=
+FAULTS ?=
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG  := $(CURDIR)/ansible.cfg
 
@@ -84,8 +85,8 @@ lab-image: setup system-deps ## Build the lab node image and the signed lab mirr
 	$(BIN)/gpuforge lab mirror
 
 .PHONY: lab-up
-lab-up: lab-image ## Bring up one container per node of SPEC (idempotent)
-	$(BIN)/gpuforge lab up $(SPEC)
+lab-up: lab-image ## Bring up one container per node of SPEC (idempotent; FAULTS=file injects faults)
+	$(BIN)/gpuforge lab up $(SPEC) $(if $(FAULTS),--faults $(FAULTS))
 
 .PHONY: lab-down
 lab-down: setup ## Remove the lab: containers, network, SSH key, state (LAB=name if several)

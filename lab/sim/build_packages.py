@@ -115,6 +115,31 @@ Restart=no
 WantedBy=multi-user.target
 """
 
+NETDEVS_UNIT = """[Unit]
+Description=Rail network interfaces standing in for IPoIB/RoCE netdevs (gpuforge lab simulator)
+DefaultDependencies=no
+After=local-fs.target
+Before=systemd-networkd.service network-pre.target
+Wants=network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/gpuforge-sim-netdevs
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+COMMON_POSTINST = """#!/bin/sh
+# gpuforge lab simulator: create the rail interfaces now and at every boot.
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+    systemctl enable --now gpuforge-sim-netdevs.service >/dev/null 2>&1 || true
+fi
+exit 0
+"""
+
 DEVICES_UNIT = """[Unit]
 Description=NVIDIA device files /dev/nvidia* (gpuforge lab simulator)
 DefaultDependencies=no
@@ -248,6 +273,8 @@ def common_package() -> Package:
         files[f"{LIB}/gpuforge_sim/{src.name}"] = (src.read_text(), 0o644)
     for tool in ("dmesg", "lsmod", "modprobe"):
         files[f"{LIB}/wrappers/{tool}"] = entry(tool)
+    files["/usr/sbin/gpuforge-sim-netdevs"] = entry("gpuforge-sim-netdevs")
+    files["/lib/systemd/system/gpuforge-sim-netdevs.service"] = (NETDEVS_UNIT, 0o644)
     files["/var/lib/gpuforge-sim/README"] = (
         "The lab writes state.json here: this node's hardware, the lab's faults and fabric.\n",
         0o644,
@@ -256,8 +283,9 @@ def common_package() -> Package:
         "gpuforge-sim-common",
         f"{SIM_VERSION}-1",
         "shared simulator code (Python, stdlib only)",
-        ["python3 (>= 3.9)"],
+        ["python3 (>= 3.9)", "iproute2"],
         files,
+        scripts={"postinst": COMMON_POSTINST},
     )
 
 

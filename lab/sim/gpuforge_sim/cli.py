@@ -9,7 +9,17 @@ from .state import SimError
 
 
 def _tools() -> dict[str, Callable[[list[str]], int]]:
-    from . import dcgmi, devices, fabricmanager, gpuburn, ib, kmsg, nccl, nvsmi  # noqa: PLC0415
+    from . import (  # noqa: PLC0415
+        dcgmi,
+        devices,
+        fabricmanager,
+        gpuburn,
+        ib,
+        kmsg,
+        nccl,
+        netdevs,
+        nvsmi,
+    )
 
     table: dict[str, Callable[[list[str]], int]] = {
         "nvidia-smi": nvsmi.main,
@@ -24,6 +34,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "modprobe": kmsg.modprobe_main,
         "nv-fabricmanager": fabricmanager.main,
         "nvidia-modprobe": devices.main,
+        "gpuforge-sim-netdevs": netdevs.main,
     }
     for coll in nccl.COLLECTIVES:
         table[f"{coll}_perf"] = nccl.make_main(coll)
@@ -43,6 +54,7 @@ TOOLS = (
     "modprobe",
     "nv-fabricmanager",
     "nvidia-modprobe",
+    "gpuforge-sim-netdevs",
     "all_reduce_perf",
     "all_gather_perf",
     "alltoall_perf",

@@ -429,6 +429,8 @@ def _node_runner(plan: LabPlan, node: LabNode, image: str) -> Callable[[], objec
                 "--network-alias",
                 node.fqdn,
                 "--systemd=always",
+                # The simulator creates each rail's netdev and networkd configures it.
+                "--cap-add=NET_ADMIN",
                 "--no-hosts",
                 "--stop-timeout",
                 "5",

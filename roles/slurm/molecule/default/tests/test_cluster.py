@@ -46,7 +46,14 @@ def wait_idle(host: Any, node: str, timeout: float = 90.0) -> str:
 
 
 @pytest.mark.parametrize("node", NODES)
-def test_node_idle_in_gpu_partition(host: Any, node: str) -> None:
+def test_new_node_joins_drained_and_is_idle_once_admitted(host: Any, node: str) -> None:
+    """The role holds a node whose slurmd starts for the first time; admission resumes it.
+
+    Runs right after the first converge (molecule's verify): the node has never been resumed.
+    """
+    row = sinfo(host)[node]
+    assert (row.state, row.reason) == ("drained", "gpuforge: not yet validated")
+    slurm.resume(HostRunner(host), node, "molecule: admitted")
     assert wait_idle(host, node) == "idle"
 
 
