@@ -22,8 +22,12 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 SCENARIO_TIMEOUT = float(os.environ.get("GPUFORGE_MOLECULE_TIMEOUT", "1800"))
 VENV_BIN = Path(sys.executable).parent
+#: Every role with a scenario, or the comma-separated GPUFORGE_MOLECULE_ROLES (``make test``'s set).
 ROLES = sorted(
-    p.parents[2].name for p in (REPO_ROOT / "roles").glob("*/molecule/default/molecule.yml")
+    p.parents[2].name
+    for p in (REPO_ROOT / "roles").glob("*/molecule/default/molecule.yml")
+    if not os.environ.get("GPUFORGE_MOLECULE_ROLES")
+    or p.parents[2].name in os.environ["GPUFORGE_MOLECULE_ROLES"].split(",")
 )
 
 

@@ -4,7 +4,8 @@ One 5-node lab (tests/integration/specs/rollout.yaml: rctl01 + rgpu[01-04], phas
 rgpu[01-03] with a 60% gate) is brought up with a fault on rgpu02. In order:
 
 1. phase 2 is refused while phase 1 has not passed its gate;
-2. phase 1 is killed (SIGKILL) while provisioning, then re-run: it ends with rgpu02 quarantined,
+2. phase 1 (validation level burnin) is killed (SIGKILL) while provisioning, then re-run: it ends
+   with rgpu02 quarantined,
    drained in Slurm with the failed checks as reason, and the two others admitted (idle);
 3. with rgpu02 repaired, rgpu01 given a GPU fault and rgpu03 a half-rate NIC,
    ``gpuforge validate --phase 1 --level full --drain`` drains exactly rgpu01 and rgpu03, the
@@ -83,6 +84,8 @@ def deploy_args(inventory: Path, phase: int, work: Path) -> list[str]:
         str(SPEC),
         "--inventory",
         str(inventory),
+        "--level",
+        "burnin",
         "--report-dir",
         str(work / "reports"),
     ]
@@ -165,6 +168,11 @@ def test_phase_1_killed_while_provisioning_resumes_to_the_same_end(
     assert nodes["rgpu04"].state != "idle"  # phase 2: not provisioned, never admitted
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="multi-node NCCL cannot launch in the lab yet: srun --mpi=pmix fails there (Debian's "
+    "Slurm 22.05 finds no PMIx library); README, Status",
+)
 def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
     lab: Path, env: dict[str, str], work: Path
 ) -> None:

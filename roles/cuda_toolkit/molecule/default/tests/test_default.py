@@ -55,3 +55,10 @@ def test_linker_path(host):
         "/usr/local/cuda/lib64"
         in host.file("/etc/ld.so.conf.d/gpuforge-cuda.conf").content_string.splitlines()
     )
+
+
+def test_gpu_burn_installed_and_held(host):
+    pkg = host.package("gpu-burn")
+    assert pkg.is_installed
+    assert "hold" in host.check_output("dpkg-query -W -f='${db:Status-Want}' gpu-burn")
+    assert host.exists("gpu_burn")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -40,3 +42,21 @@ def test_header_matches_version(host):
 )
 def test_nccl_tests_binary(host, binary):
     assert host.file(f"/usr/bin/{binary}").mode & 0o111
+
+
+def _nccl_conf(host):
+    lines = host.file("/etc/nccl.conf").content_string.splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def test_nccl_conf_from_fabric(host):
+    assert _nccl_conf(host) == {
+        "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+        "NCCL_SOCKET_IFNAME": "=ib0",
+        "NCCL_IB_QPS_PER_CONNECTION": "1",
+    }
+
+
+def test_nccl_expectations_match_conf(host):
+    expected = json.loads(host.file("/etc/gpuforge/expected/nccl.json").content_string)
+    assert expected["settings"] == _nccl_conf(host)

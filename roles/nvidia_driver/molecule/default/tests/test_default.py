@@ -8,25 +8,35 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 VERSION = "570.133.20"
 PACKAGES = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms"]
+# Installed as dependencies of nvidia-driver-cuda at the same version; they match the role's
+# pin patterns (nvidia-*), so they are held with the driver.
+DEPENDENCIES = ["nvidia-modprobe", "nvidia-persistenced"]
 
 
 def _dpkg(host, field, name):
     return host.check_output(f"dpkg-query -W -f='${{{field}}}' {name}")
 
 
-@pytest.mark.parametrize("name", PACKAGES)
+@pytest.mark.parametrize("name", PACKAGES + DEPENDENCIES)
 def test_package_at_exact_version(host, name):
     assert _dpkg(host, "Version", name).startswith(f"{VERSION}-")
 
 
-@pytest.mark.parametrize("name", PACKAGES)
+@pytest.mark.parametrize("name", PACKAGES + DEPENDENCIES)
 def test_package_held(host, name):
     assert _dpkg(host, "db:Status-Want", name) == "hold"
 
 
 def test_previous_version_not_left_held(host):
     held = host.check_output("apt-mark showhold").split()
-    assert sorted(held) == sorted(PACKAGES)
+    assert sorted(held) == sorted(PACKAGES + DEPENDENCIES)
+
+
+def test_every_held_package_is_at_the_pinned_version(host):
+    held = host.check_output("apt-mark showhold").split()
+    assert {name: _dpkg(host, "Version", name).split("-")[0] for name in held} == {
+        name: VERSION for name in held
+    }
 
 
 def test_pin_file(host):
@@ -85,6 +95,14 @@ def test_reboot_reason_records_versions(host):
         f"nvidia-driver 570.124.06 -> {VERSION}"
         in host.file("/var/run/reboot-required.pkgs").content_string
     )
+
+
+def test_persistenced_enabled(host):
+    assert host.service("nvidia-persistenced").is_enabled
+
+
+def test_persistenced_running(host):
+    assert host.service("nvidia-persistenced").is_running
 
 
 def test_nvidia_smi_reports_pinned_driver(host):
