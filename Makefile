@@ -14,7 +14,7 @@ FAULTS ?=
 # NCCL (srun --mpi=pmix fails there: Debian's Slurm finds no PMIx library); see README, Status.
 LEVEL  ?= burnin
 # Molecule scenarios make test runs (3-6 min each on 2 cores); make test-integration runs them all.
-MOLECULE_GATE ?= base
+MOLECULE_GATE ?= base,nvidia_driver,cuda_toolkit,nccl,dcgm
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG  := $(CURDIR)/ansible.cfg
 
