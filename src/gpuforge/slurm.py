@@ -421,3 +421,36 @@ def resume(
         )
         for name, state in before.items()
     ]
+
+
+def reserve(
+    runner: Runner, name: str, nodes: str | Iterable[str], *, timeout: float = DEFAULT_TIMEOUT
+) -> list[NodeChange]:
+    """Close ``nodes`` to users in maintenance reservation ``name`` and return them to service.
+
+    Acceptance jobs (multi-node NCCL through ``srun``) need the nodes up, but new nodes join
+    drained and Slurm schedules nothing on a drained node, not even inside a reservation. A
+    ``maint,ignore_jobs`` reservation for root keeps user jobs off while the nodes are resumed.
+    Creates the reservation, or moves an existing one (a killed run's) onto ``nodes``.
+    """
+    names = collect_nodes(expand_nodes(nodes))
+    exists = runner.run(["scontrol", "show", f"ReservationName={name}"], timeout=timeout).rc == 0
+    argv = [
+        "scontrol",
+        "update" if exists else "create",
+        f"ReservationName={name}",
+        f"Nodes={names}",
+    ]
+    if not exists:
+        argv += ["StartTime=now", "Duration=infinite", "Users=root", "Flags=maint,ignore_jobs"]
+    _check(runner.run(argv, timeout=timeout), argv)
+    return resume(runner, names, f"gpuforge: validating inside reservation {name}", timeout=timeout)
+
+
+def release(runner: Runner, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+    """Delete reservation ``name``; False when there was none."""
+    if runner.run(["scontrol", "show", f"ReservationName={name}"], timeout=timeout).rc != 0:
+        return False
+    argv = ["scontrol", "delete", f"ReservationName={name}"]
+    _check(runner.run(argv, timeout=timeout), argv)
+    return True

@@ -1,15 +1,16 @@
 """The phased rollout end to end on a lab: what ``make deploy-phase`` does, with faults injected.
 
-One 5-node lab (tests/integration/specs/rollout.yaml: rctl01 + rgpu[01-04], phase 1 =
-rgpu[01-03] with a 60% gate) is brought up with a fault on rgpu02. In order:
+One 6-node lab (tests/integration/specs/rollout.yaml: rctl01 + rgpu[01-05], phase 1 =
+rgpu[01-04] with a 60% gate) is brought up with a fault on rgpu02. In order:
 
 1. phase 2 is refused while phase 1 has not passed its gate;
-2. phase 1 (validation level burnin) is killed (SIGKILL) while provisioning, then re-run: it ends
+2. phase 1 (validation level full) is killed (SIGKILL) while provisioning, then re-run: it ends
    with rgpu02 quarantined,
    drained in Slurm with the failed checks as reason, and the two others admitted (idle);
 3. with rgpu02 repaired, rgpu01 given a GPU fault and rgpu03 a half-rate NIC,
-   ``gpuforge validate --phase 1 --level full --drain`` drains exactly rgpu01 and rgpu03, the
-   latter found by bandwidth alone, resumes rgpu02, and writes JSON, JUnit and HTML reports.
+   ``gpuforge validate --phase 1 --level full --drain`` (inside a maintenance reservation, as an
+   operator runs it on drained nodes) drains exactly rgpu01 and rgpu03, the latter found by
+   bandwidth alone, resumes rgpu02, and writes JSON, JUnit and HTML reports.
 
 The lab is torn down at the end, also when a test fails. Tests depend on their order.
 """
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 SPECS = Path(__file__).parent / "specs"
 SPEC = SPECS / "rollout.yaml"
 LAB = "rollouttest"
-PHASE1 = ["rgpu01", "rgpu02", "rgpu03"]
+PHASE1 = ["rgpu01", "rgpu02", "rgpu03", "rgpu04"]
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 
 
@@ -84,8 +85,6 @@ def deploy_args(inventory: Path, phase: int, work: Path) -> list[str]:
         str(SPEC),
         "--inventory",
         str(inventory),
-        "--level",
-        "burnin",
         "--report-dir",
         str(work / "reports"),
     ]
@@ -154,7 +153,7 @@ def test_phase_1_killed_while_provisioning_resumes_to_the_same_end(
     again = run(env, *deploy_args(lab, 1, work))
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
     data = status(env)
-    assert data["phases"][0]["counts"] == {"admitted": 2, "quarantined": 1}
+    assert data["phases"][0]["counts"] == {"admitted": 3, "quarantined": 1}
     assert data["phases"][0]["gate"]["passed"] is True
     (bad,) = data["quarantined"]
     assert bad["hostname"] == "rgpu02"
@@ -164,21 +163,17 @@ def test_phase_1_killed_while_provisioning_resumes_to_the_same_end(
     assert nodes["rgpu02"].state == "drained"
     assert nodes["rgpu02"].reason.startswith("gpuforge: ")
     assert "gpu.row_remap" in nodes["rgpu02"].reason
-    assert {nodes[n].state for n in ("rgpu01", "rgpu03")} == {"idle"}
-    assert nodes["rgpu04"].state != "idle"  # phase 2: not provisioned, never admitted
+    assert {nodes[n].state for n in ("rgpu01", "rgpu03", "rgpu04")} == {"idle"}
+    assert nodes["rgpu05"].state != "idle"  # phase 2: not provisioned, never admitted
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="multi-node NCCL cannot launch in the lab yet: srun --mpi=pmix fails there (Debian's "
-    "Slurm 22.05 finds no PMIx library); README, Status",
-)
 def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
     lab: Path, env: dict[str, str], work: Path
 ) -> None:
     proc = run(env, "lab", "faults", "--lab", LAB, str(SPECS / "faults-rollout-validate.yaml"))
     assert proc.returncode == 0, proc.stderr
     reports = work / "validate"
+    slurm.reserve(ControllerRunner(), "gpuforge_test_validate", PHASE1)
     proc = run(
         env,
         "validate",
@@ -191,6 +186,8 @@ def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
         "--drain",
         "--gpu-burn-seconds",
         "30",
+        "--reservation",
+        "gpuforge_test_validate",
         "--report-dir",
         str(reports),
     )
@@ -201,6 +198,7 @@ def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
         "rgpu01": "quarantine",
         "rgpu02": "admit",
         "rgpu03": "quarantine",
+        "rgpu04": "admit",
     }
     assert any(r.startswith("gpu.") for r in verdicts["rgpu01"]["reasons"])
     slow = verdicts["rgpu03"]["reasons"]
@@ -209,11 +207,13 @@ def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
     assert (reports / "junit.xml").is_file()
     assert (reports / "report.html").stat().st_size > 0
 
+    slurm.release(ControllerRunner(), "gpuforge_test_validate")
     nodes = sinfo_nodes()
     assert {n: nodes[n].state for n in PHASE1} == {
         "rgpu01": "drained",
         "rgpu02": "idle",
         "rgpu03": "drained",
+        "rgpu04": "idle",
     }
     for node in ("rgpu01", "rgpu03"):
         assert nodes[node].reason.startswith("gpuforge")

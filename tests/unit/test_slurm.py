@@ -126,6 +126,7 @@ class FakeScontrol:
 
     nodes: dict[str, tuple[str, str]]
     calls: list[list[str]] = field(default_factory=list)
+    reservations: dict[str, str] = field(default_factory=dict)  # name -> nodes
 
     def line(self, name: str) -> str:
         state, reason = self.nodes[name]
@@ -135,6 +136,8 @@ class FakeScontrol:
     def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
         assert timeout > 0
         self.calls.append(list(argv))
+        if len(argv) > 2 and argv[2].startswith("ReservationName="):
+            return self.reservation(argv)
         if argv[:3] == ["scontrol", "--oneliner", "show"]:
             names = slurm.expand_nodes(argv[4]) if len(argv) > 4 else list(self.nodes)
             unknown = [n for n in names if n not in self.nodes]
@@ -151,6 +154,20 @@ class FakeScontrol:
                     self.nodes[name] = ("IDLE" if base == "DOWN" else base, "")
             return CommandResult(0, "", "")
         return CommandResult(1, "", f"unexpected {argv}")
+
+    def reservation(self, argv: Sequence[str]) -> CommandResult:
+        name = argv[2].split("=", 1)[1]
+        if argv[1] == "show":
+            if name in self.reservations:
+                return CommandResult(
+                    0, f"ReservationName={name} Nodes={self.reservations[name]}", ""
+                )
+            return CommandResult(1, "", f"Reservation {name} not found\n")
+        if argv[1] == "delete":
+            del self.reservations[name]
+        else:
+            self.reservations[name] = dict(a.split("=", 1) for a in argv[2:])["Nodes"]
+        return CommandResult(0, "", "")
 
     def updates(self) -> list[list[str]]:
         return [c for c in self.calls if c[:2] == ["scontrol", "update"]]
@@ -338,3 +355,37 @@ def test_role_defaults_are_declared_in_argument_specs(role: str) -> None:
     specs = yaml.safe_load((ROLES_DIR / role / "meta" / "argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
     assert set(defaults) == set(options)
+
+
+def test_reserve_creates_a_maint_reservation_and_resumes_drained_nodes(ctl: FakeScontrol) -> None:
+    changes = slurm.reserve(ctl, "gpuforge_phase01", ["gpu03", "gpu04"])
+    create = next(c for c in ctl.calls if c[1] == "create")
+    assert create == [
+        "scontrol",
+        "create",
+        "ReservationName=gpuforge_phase01",
+        "Nodes=gpu[03-04]",
+        "StartTime=now",
+        "Duration=infinite",
+        "Users=root",
+        "Flags=maint,ignore_jobs",
+    ]
+    assert [c.changed for c in changes] == [True, True]
+    assert ctl.nodes["gpu03"][0] == "IDLE"
+
+
+def test_reserve_again_moves_the_existing_reservation(ctl: FakeScontrol) -> None:
+    slurm.reserve(ctl, "gpuforge_phase01", "gpu03")
+    slurm.reserve(ctl, "gpuforge_phase01", "gpu[03-04]")
+    changes = [
+        c[1] for c in ctl.calls if c[1] != "show" and c[2:3] == ["ReservationName=gpuforge_phase01"]
+    ]
+    assert changes == ["create", "update"]
+    assert ctl.reservations == {"gpuforge_phase01": "gpu[03-04]"}
+
+
+def test_release_deletes_only_an_existing_reservation(ctl: FakeScontrol) -> None:
+    assert slurm.release(ctl, "gpuforge_phase01") is False
+    slurm.reserve(ctl, "gpuforge_phase01", "gpu01")
+    assert slurm.release(ctl, "gpuforge_phase01") is True
+    assert ctl.reservations == {}

@@ -88,13 +88,15 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
     console = Console()
     store, lock = _store(state_dir, cluster)
     with DeployProgress(console) as progress:
+        reservation = f"gpuforge_{cluster.name}_phase{phase_number:02d}"
         steps = AnsibleSteps(
             inventory=inventory,
             artifacts=run_dir / "ansible",
             validate_fn=lambda hosts, lvl, _peers: validate_with_validators(
-                inventory, hosts, lvl, run_dir / "validation"
+                inventory, hosts, lvl, run_dir / "validation", reservation
             ),
             slurm_runner=controller_runner(inventory, controllers[0]),
+            reservation=reservation,
             on_event=progress.event,
         )
         request = DeployRequest(

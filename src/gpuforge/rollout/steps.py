@@ -48,6 +48,8 @@ class AnsibleSteps:
     artifacts: Path  # ansible-runner event logs, one folder per play
     validate_fn: ValidateFn
     slurm_runner: slurm.Runner
+    #: Maintenance reservation the batch is validated in (closed to users, open to acceptance jobs).
+    reservation: str = "gpuforge_validation"
     on_event: EventHandler | None = None
     runs: dict[str, RunResult] = field(default_factory=dict)
 
@@ -82,6 +84,9 @@ class AnsibleSteps:
         return failed
 
     def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+        # New nodes join drained, and srun starts nothing on a drained node: resume the batch
+        # inside a root-only maintenance reservation for the acceptance jobs.
+        slurm.reserve(self.slurm_runner, self.reservation, hosts)
         return self.validate_fn(hosts, level, admitted)
 
     def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
@@ -92,3 +97,4 @@ class AnsibleSteps:
             by_reason.setdefault(f"gpuforge: {reason}"[:250], []).append(host)
         for reason, hosts in sorted(by_reason.items()):
             slurm.drain(self.slurm_runner, hosts, reason)
+        slurm.release(self.slurm_runner, self.reservation)  # admitted nodes open to users

@@ -43,11 +43,14 @@ def to_validation(summary: BatchSummary, report_paths: tuple[Path, ...] = ()) ->
 
 
 def validate_with_validators(
-    inventory: Path, hosts: list[str], level: str, report_dir: Path
+    inventory: Path, hosts: list[str], level: str, report_dir: Path, reservation: str | None = None
 ) -> Validation:
-    """Run the validators at ``level`` on ``hosts`` and write their JSON/JUnit/HTML reports."""
+    """Run the validators at ``level`` on ``hosts`` and write their JSON/JUnit/HTML reports.
+
+    ``reservation`` is the Slurm reservation the acceptance jobs run in (nodes not admitted yet).
+    """
     wiring = pipeline.wire(inventory)
-    options = pipeline.Options(level=Tier(level), work_dir=report_dir)
+    options = pipeline.Options(level=Tier(level), work_dir=report_dir, reservation=reservation)
     summary = pipeline.run_validation(wiring.view, hosts, options, wiring.deps)
     paths = write_reports(summary, report_dir)
     return to_validation(summary, tuple(paths.values()))
