@@ -10,11 +10,11 @@ SPEC   ?= examples/topologies/lab.yaml
 PHASE  ?= 1
 ROLE   ?=
 FAULTS ?=
-# Validation depth of deploy-phase. burnin, not full, until the lab's Slurm can launch multi-node
-# NCCL (srun --mpi=pmix fails there: Debian's Slurm finds no PMIx library); see README, Status.
-LEVEL  ?= burnin
+# Validation depth of deploy-phase: quick (conformance), burnin (+ DCGM, gpu-burn, ib_write_bw),
+# full (+ NCCL across nodes).
+LEVEL  ?= full
 # Molecule scenarios make test runs (3-6 min each on 2 cores); make test-integration runs them all.
-MOLECULE_GATE ?= base,nvidia_driver,cuda_toolkit,nccl,dcgm
+MOLECULE_GATE ?= base,nvidia_driver,cuda_toolkit,nccl,dcgm,fabric_manager
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG  := $(CURDIR)/ansible.cfg
 
