@@ -42,9 +42,9 @@ system-deps: ## Install the Debian packages the lab and Molecule need (root)
 	fi
 
 .PHONY: test
-# The CI gate. ansible-lint, the slow unit tests, the rollout test and the other Molecule scenarios
+# The CI gate. The slow unit tests, the rollout test and the other Molecule scenarios
 # join it once each has a measured run time on the 2-core CI machine (see README, Status).
-test: lint-python test-unit test-lab ## Python lint, unit tests, lab integration tests, Molecule (MOLECULE_GATE)
+test: lint-python lint-ansible test-unit test-lab ## Lint (incl. ansible-lint), unit tests, lab integration tests, Molecule (MOLECULE_GATE)
 
 .PHONY: test-unit
 test-unit: setup ## Unit tests without the slow ones (no containers)
