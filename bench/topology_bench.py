@@ -1,7 +1,8 @@
 """Benchmark: load + expand + render of the large examples, and ansible-inventory on 100k.
 
 Not a test: prints a table. Each measurement runs in a fresh subprocess so that peak memory
-(ru_maxrss) belongs to that measurement alone. Run with ``make bench``.
+(ru_maxrss) belongs to that measurement alone, ``REPEAT`` times (environment, default 3); the
+figures printed are the medians. Run with ``make bench``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "topologies"
 ANSIBLE_INVENTORY = Path(sys.executable).with_name("ansible-inventory")
 TIMEOUT_S = 1800
+REPEAT = int(os.environ.get("REPEAT", "3"))
 
 
 def _child(spec: str, out: str) -> None:
@@ -48,7 +51,15 @@ def _child(spec: str, out: str) -> None:
     sys.stdout.write(json.dumps(result) + "\n")
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
 def _measure(spec: Path, out: Path) -> dict[str, float]:
+    return _median([_measure_once(spec, out) for _ in range(REPEAT)])
+
+
+def _measure_once(spec: Path, out: Path) -> dict[str, float]:
     proc = subprocess.run(
         [sys.executable, __file__, "--child", str(spec), str(out)],
         capture_output=True,
@@ -61,6 +72,15 @@ def _measure(spec: Path, out: Path) -> dict[str, float]:
 
 
 def _ansible_inventory(inventory: Path) -> tuple[float, float, int]:
+    runs = [_ansible_inventory_once(inventory) for _ in range(REPEAT)]
+    return (
+        statistics.median(r[0] for r in runs),
+        statistics.median(r[1] for r in runs),
+        runs[0][2],
+    )
+
+
+def _ansible_inventory_once(inventory: Path) -> tuple[float, float, int]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -84,7 +104,8 @@ def main() -> int:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3])
         return 0
-    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # noqa: T201
+    load = os.getloadavg()[0]
+    print(f"load average: {load:.1f} on {os.cpu_count()} CPUs; medians of {REPEAT} runs")  # noqa: T201
     header = f"{'spec':<18}{'nodes':>8}{'links':>9}{'load':>7}{'expand':>8}{'render':>8}"
     print(f"{header}{'total s':>9}{'cpu s':>7}{'peak MB':>9}")  # noqa: T201
     with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as tmp:

@@ -17,13 +17,15 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import hostlist
 
 from gpuforge.errors import InputError, OperationError
+from gpuforge.ssh import SshTarget
 
 #: Seconds any single Slurm command may take before we give up on it.
 DEFAULT_TIMEOUT = 60.0
@@ -81,55 +83,31 @@ class LocalRunner:
 
 @dataclass(frozen=True)
 class SshRunner:
-    """Runs commands on ``host`` through the ``ssh`` binary, in batch mode.
+    """Runs commands on ``target`` through the ``ssh`` binary, in batch mode.
 
-    ``options`` are extra ``ssh`` arguments (``-o``/``-i``/``-p``), usually built from the
-    inventory's connection settings by :func:`ssh_runner_from_hostvars`.
+    :func:`ssh_runner_from_hostvars` builds one from the inventory's connection settings.
     """
 
-    host: str
-    user: str | None = None
-    options: tuple[str, ...] = ()
+    target: SshTarget
     connect_timeout: int = 10
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """The full ``ssh`` command line that runs ``argv`` on the host."""
-        target = f"{self.user}@{self.host}" if self.user else self.host
-        return [
-            "ssh",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ConnectTimeout={self.connect_timeout}",
-            *self.options,
-            target,
-            "--",
-            shlex.join(argv),
-        ]
+        return self.target.command(shlex.join(argv), connect_timeout=self.connect_timeout)
 
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
         """Run ``argv`` on the remote host with a timeout covering the connection too."""
         result = _completed(self.command(argv), timeout + self.connect_timeout)
         if result.rc == 255:
-            raise OperationError(f"ssh to {self.host} failed: {result.stderr.strip()[-500:]}")
+            raise OperationError(
+                f"ssh to {self.target.address} failed: {result.stderr.strip()[-500:]}"
+            )
         return result
 
 
 def ssh_runner_from_hostvars(host: str, hostvars: Mapping[str, Any]) -> SshRunner:
     """Build an :class:`SshRunner` from a host's Ansible connection variables."""
-    options: list[str] = []
-    port = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port")
-    if port:
-        options += ["-p", str(port)]
-    key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file")
-    if key:
-        options += ["-i", str(key)]
-    for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        if hostvars.get(name):
-            options += shlex.split(str(hostvars[name]))
-    user = hostvars.get("ansible_user") or hostvars.get("ansible_ssh_user")
-    address = str(hostvars.get("ansible_host") or host)
-    return SshRunner(address, str(user) if user else None, tuple(options))
+    return SshRunner(SshTarget.from_hostvars(host, hostvars))
 
 
 @dataclass(frozen=True)
@@ -445,6 +423,33 @@ def reserve(
         argv += ["StartTime=now", "Duration=infinite", "Users=root", "Flags=maint,ignore_jobs"]
     _check(runner.run(argv, timeout=timeout), argv)
     return resume(runner, names, f"gpuforge: validating inside reservation {name}", timeout=timeout)
+
+
+@contextmanager
+def maintenance_window(
+    runner: Runner, name: str, nodes: str | Iterable[str], *, timeout: float = DEFAULT_TIMEOUT
+) -> Iterator[None]:
+    """Open ``nodes`` to root's jobs only, in reservation ``name``; afterwards, put them back.
+
+    For acceptance jobs on nodes that may be drained (quarantined earlier, repaired since): the
+    nodes are resumed inside a maintenance reservation (:func:`reserve`), and on the way out,
+    whatever happened in between, each node drained before is drained again with its own
+    reason, and the reservation is deleted. Deciding new states is the caller's job, after.
+    """
+    names = expand_nodes(nodes)
+    before = node_states(runner, names, timeout=timeout)
+    reserve(runner, name, names, timeout=timeout)
+    try:
+        yield
+    finally:
+        by_reason: dict[str, list[str]] = {}
+        for state in before:
+            if state.drained:
+                reason = state.reason or "drained before validation"
+                by_reason.setdefault(reason, []).append(state.name)
+        for reason, hosts in sorted(by_reason.items()):
+            drain(runner, hosts, reason, timeout=timeout)
+        release(runner, name, timeout=timeout)
 
 
 def release(runner: Runner, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:

@@ -389,3 +389,13 @@ def test_release_deletes_only_an_existing_reservation(ctl: FakeScontrol) -> None
     slurm.reserve(ctl, "gpuforge_phase01", "gpu01")
     assert slurm.release(ctl, "gpuforge_phase01") is True
     assert ctl.reservations == {}
+
+
+def test_maintenance_window_puts_drained_nodes_back_even_after_a_crash(ctl: FakeScontrol) -> None:
+    with pytest.raises(RuntimeError), slurm.maintenance_window(ctl, "gf_check", "gpu[01-03]"):
+        assert ctl.reservations == {"gf_check": "gpu[01-03]"}
+        assert ctl.nodes["gpu03"] == ("IDLE", "")  # schedulable inside the reservation
+        raise RuntimeError("validation died")
+    assert ctl.nodes["gpu03"] == ("IDLE+DRAIN", "burn-in failed")  # its own reason, not ours
+    assert ctl.nodes["gpu01"] == ("IDLE", "")
+    assert ctl.reservations == {}

@@ -1,8 +1,9 @@
 """Bandwidth model: what a collective or an RDMA write reaches, given every participant's health.
 
 The rule is the weakest link: a collective runs at the minimum over the participating nodes'
-NVLink domains and, across nodes, over every rail's slowest NIC and the leaf-spine links it
-crosses. A degraded node therefore lowers every collective it joins.
+NVLink domains and, across nodes, at the pace of the slowest NIC or leaf-spine link any of its
+rails crosses, times the number of rails. A degraded node therefore lowers every collective it
+joins.
 """
 
 from __future__ import annotations
@@ -77,20 +78,26 @@ class Participant:
 
 
 def inter_busbw(lab: Lab, parts: list[Participant]) -> float:
-    """Cross-node busbw ceiling (GB/s): per rail the slowest NIC and uplink, summed over rails."""
-    rails = min(len(p.node.rails) for p in parts)
-    total = 0.0
-    for rail in range(rails):
-        worst = float("inf")
+    """Cross-node busbw ceiling (GB/s): every live rail runs at the slowest live rail's pace.
+
+    NCCL splits a collective evenly over its channels, one NIC each, and finishes when the
+    slowest channel does: one half-rate NIC halves the cross-node busbw of every collective its
+    node joins. A rail's pace is its slowest NIC (and leaf-spine uplink, when it crosses leaves).
+    A rail with a port down is not used at all (NCCL skips inactive ports); 0 when none is left.
+    """
+    paces = []
+    for rail in range(min(len(p.node.rails) for p in parts)):
         leaves = {p.node.rails[rail].get("leaf", "") for p in parts}
         uplink = min(lab.uplink_factor(leaf) for leaf in leaves) if len(leaves) > 1 else 1.0
+        nics = []
         for p in parts:
             gbps = rail_rate_gbps(p.node, rail) * rail_payload_factor(p.node, rail)
             if p.node.has("missing_peermem"):
                 gbps *= NO_GDR_FACTOR
-            worst = min(worst, gbps)
-        total += worst * uplink / 8.0 * NCCL_NET_EFFICIENCY
-    return total
+            nics.append(gbps)
+        if min(nics) > 0:
+            paces.append(min(nics) * uplink)
+    return len(paces) * min(paces, default=0.0) / 8.0 * NCCL_NET_EFFICIENCY
 
 
 def collective_peak(lab: Lab, coll: str, parts: list[Participant]) -> float:

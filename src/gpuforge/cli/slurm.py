@@ -13,6 +13,7 @@ from gpuforge import slurm
 from gpuforge.cli.common import echo_json, json_option
 from gpuforge.errors import InputError, OperationError
 from gpuforge.slurm import NodeChange, Runner
+from gpuforge.ssh import SshTarget
 
 _INVENTORY_TIMEOUT = 120.0
 
@@ -36,7 +37,7 @@ def _runner(via: str | None, inventory: Path | None) -> Runner:
     if via is None:
         return slurm.LocalRunner()
     if inventory is None:
-        return slurm.SshRunner(via)
+        return slurm.SshRunner(SshTarget(via))
     return slurm.ssh_runner_from_hostvars(via, _hostvars(inventory, via))
 
 

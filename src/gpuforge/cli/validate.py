@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuforge import slurm
 from gpuforge.errors import InputError
 from gpuforge.validate import pipeline
 from gpuforge.validate.pipeline import wire
@@ -68,7 +70,13 @@ def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
     show_default=True,
     help="3 for new or repaired nodes (the rollout); 2 for periodic rechecks.",
 )
-@click.option("--reservation", help="Slurm maintenance reservation covering drained nodes.")
+@click.option(
+    "--reservation",
+    default="gpuforge_validate",
+    show_default=True,
+    help="Level full: the maintenance reservation the NCCL jobs run in, made for the run over the "
+    "nodes (drained ones resumed inside it, drained again after) and deleted at the end.",
+)
 def validate(
     *,
     inventory: Path,
@@ -79,7 +87,7 @@ def validate(
     report_dir: Path,
     gpu_burn_seconds: int,
     dcgm_level: str,
-    reservation: str | None,
+    reservation: str,
 ) -> None:
     """Validate GPU nodes and decide admit / quarantine / hold for each.
 
@@ -88,16 +96,21 @@ def validate(
     """
     if limit and phase is not None:
         raise InputError("give --limit or --phase, not both")
-    wiring = wire(inventory, need_slurm=drain)
+    multinode = Tier(level) is Tier.FULL
+    wiring = wire(inventory, need_slurm=drain or multinode)
     hosts = wiring.view.select(limit=limit, phase=phase)
     opts = pipeline.Options(
         level=Tier(level),
         gpu_burn_seconds=gpu_burn_seconds,
         dcgm_level=int(dcgm_level),
-        reservation=reservation,
+        reservation=reservation if multinode else None,
         work_dir=report_dir,
     )
-    summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
+    window: AbstractContextManager[None] = nullcontext()
+    if multinode and wiring.slurm_runner is not None and hosts:
+        window = slurm.maintenance_window(wiring.slurm_runner, reservation, hosts)
+    with window:
+        summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
     actions: list[SlurmAction] = []
     if drain and wiring.slurm_runner is not None:
         actions = apply_verdicts(summary, wiring.slurm_runner)

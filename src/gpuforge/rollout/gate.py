@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.rollout.state import GateRecord, NodeState, StateStore
+from gpuforge.topology.expand import passes_needed
 
 
 class GateClosed(GpuforgeError):  # noqa: N818 - reads as the outcome it reports
@@ -21,7 +21,7 @@ def evaluate_gate(
     """Decide whether ``phase`` passed: at least ``required`` of its nodes admitted."""
     by_host = {n.hostname: n for n in store.nodes(phase)}
     admitted = [h for h in hosts if by_host[h].state is NodeState.ADMITTED]
-    needed = math.ceil(required * len(hosts) - 1e-9)
+    needed = passes_needed(required, len(hosts))
     passed = len(hosts) > 0 and len(admitted) >= needed
     failing = sorted(
         f"{h} ({by_host[h].state.value}: {by_host[h].reason})"

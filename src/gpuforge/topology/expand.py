@@ -100,7 +100,12 @@ class PhasePlan:
     @property
     def required_passes(self) -> int:
         """Nodes that must pass before the next phase may start."""
-        return math.ceil(round(self.min_pass_fraction * len(self.hosts), 9))
+        return passes_needed(self.min_pass_fraction, len(self.hosts))
+
+
+def passes_needed(fraction: float, total: int) -> int:
+    """Nodes of ``total`` that reach ``fraction`` (0.75 of 4 -> 3; 0.6 of 4 -> 3)."""
+    return math.ceil(round(fraction * total, 9))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,7 @@ from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
 
 #: Seconds ``dcgmi diag -r N`` may take (roles/dcgm defaults ``dcgm_diag_timeouts``).
 DCGM_TIMEOUTS = {1: 120, 2: 600, 3: 3600, 4: 14400}
-#: First TCP port of the perftest out-of-band exchange; concurrent pairs use the next ones.
+#: First TCP port of the perftest out-of-band exchange; each rail and round uses a later one.
 PERFTEST_PORT = 18515
 
 
@@ -254,67 +254,123 @@ def ib_write_bw_pair(
 
 def ib_write_bw_rail(
     run_pair: Callable[[RailPair], PairResult],
-    pairs: Sequence[RailPair],
+    nodes: Sequence[str],
     *,
     rate_gbps: float,
-    repair: Callable[[str, str], RailPair],
+    make_pair: Callable[[str, str, int], RailPair],
+    max_rounds: int = 6,
 ) -> list[CheckResult]:
-    """Test ``pairs`` (one rail, disjoint); localize a failing pair by re-pairing each member.
+    """Test ``nodes`` on one rail in rounds of disjoint pairs, and name the slow ones.
 
-    Each member of a pair below the floor is tested again against a node that passed
-    (``repair(reference, node)`` builds that pair): the member that fails again is the culprit,
-    one that passes is cleared. Without any passing node the pair is inconclusive (error).
+    Round 1 pairs neighbours. A pair that reaches the floor clears both nodes. A pair below the
+    floor says only that one side is slow, so each member of it is paired again, in the next
+    round, with a node that has passed (or, while none has, with another untested or
+    unresolved node it has not met yet): below the floor with a node that passed, it fails;
+    at the floor, it is cleared. Rounds stop when every node is resolved, when no new pair can
+    be formed, or after ``max_rounds``. A node still unresolved is an error (held, not drained):
+    nothing it was paired with could tell which side was slow. ``make_pair(server, client,
+    round)`` builds a pair; each node is in at most one pair per round.
     """
     floor = ib_write_bw_floor_gbps(rate_gbps)
-    results: list[CheckResult] = []
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(pairs)))) as pool:
-        first = list(pool.map(run_pair, pairs))
-    good = {n for r in first if r.gbps >= floor for n in (r.pair.server, r.pair.client)}
+    cleared: dict[str, PairResult] = {}  # node -> a result at the floor
+    below: dict[str, list[PairResult]] = {n: [] for n in nodes}  # node -> its results below
+    met: set[frozenset[str]] = set()
 
-    def result(node: str, device: str, r: PairResult, status: Status, msg: str = "") -> CheckResult:
-        return CheckResult(
-            node=node,
-            check=f"burnin.ib_write_bw[{device}]",
-            status=status,
-            measured=round(r.gbps, 1) if r.gbps >= 0 else None,
-            expected=f">= {floor:g} Gb/s",
-            evidence=r.evidence(),
-            duration_s=max(r.client.duration_s, r.server.duration_s),
-            tier=Tier.BURNIN,
-            message=msg or r.problem,
+    def partner(r: PairResult, node: str) -> str:
+        return r.pair.client if r.pair.server == node else r.pair.server
+
+    def condemning(node: str) -> PairResult | None:
+        """A result below the floor with a partner that passed elsewhere."""
+        hits = [r for r in below[node] if r.gbps >= 0 and partner(r, node) in cleared]
+        return hits[0] if hits else None
+
+    def unresolved() -> list[str]:
+        return [n for n in nodes if n not in cleared and condemning(n) is None]
+
+    pairs = [make_pair(nodes[i], nodes[i + 1], 1) for i in range(0, len(nodes) - 1, 2)]
+    for round_no in range(1, max_rounds + 1):
+        if not pairs:
+            break
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(pairs)))) as pool:
+            for r in pool.map(run_pair, pairs):
+                met.add(frozenset((r.pair.server, r.pair.client)))
+                for node in (r.pair.server, r.pair.client):
+                    if r.gbps >= floor:
+                        cleared.setdefault(node, r)
+                    else:
+                        below[node].append(r)
+        pairs = _next_pairs(unresolved(), list(cleared), met, round_no + 1, make_pair)
+
+    out: list[CheckResult] = []
+    for node in nodes:
+        if node in cleared:
+            r = cleared[node]
+            msg = f"at the floor with {partner(r, node)}" if below[node] else ""
+            out.append(_ib_result(node, r, floor, Status.PASS, msg))
+        elif (r_bad := condemning(node)) is not None:
+            good = partner(r_bad, node)
+            witness = partner(cleared[good], good)
+            msg = f"below the floor with {good}, which reached it with {witness}"
+            out.append(_ib_result(node, r_bad, floor, Status.FAIL, msg))
+        elif below[node]:
+            r = below[node][-1]
+            msg = r.problem if r.gbps < 0 else "below the floor; no partner that passed to tell"
+            out.append(_ib_result(node, r, floor, Status.ERROR, msg))
+        else:
+            out.append(
+                CheckResult(
+                    node=node,
+                    check="burnin.ib_write_bw",
+                    status=Status.ERROR,
+                    expected=f">= {floor:g} Gb/s",
+                    tier=Tier.BURNIN,
+                    message="no partner to test with",
+                )
+            )
+    return out
+
+
+def _next_pairs(
+    todo: Sequence[str],
+    references: Sequence[str],
+    met: set[frozenset[str]],
+    round_no: int,
+    make_pair: Callable[[str, str, int], RailPair],
+) -> list[RailPair]:
+    """Disjoint pairs for the next round: each node to resolve with a new reference if possible."""
+    busy: set[str] = set()
+    pairs = []
+    for node in todo:
+        if node in busy:
+            continue
+        candidates = [*references, *todo]
+        mate = next(
+            (
+                c
+                for c in candidates
+                if c != node and c not in busy and frozenset((node, c)) not in met
+            ),
+            None,
         )
+        if mate is not None:
+            busy |= {node, mate}
+            pairs.append(make_pair(mate, node, round_no))
+    return pairs
 
-    for r in first:
-        p = r.pair
-        if r.gbps >= floor:
-            results.append(result(p.server, p.server_device, r, Status.PASS))
-            results.append(result(p.client, p.client_device, r, Status.PASS))
-            continue
-        if r.gbps < 0:
-            results.append(result(p.server, p.server_device, r, Status.ERROR))
-            results.append(result(p.client, p.client_device, r, Status.ERROR))
-            continue
-        for node, device, other in (
-            (p.server, p.server_device, p.client),
-            (p.client, p.client_device, p.server),
-        ):
-            refs = sorted(good - {node, other})
-            retry_pair = repair(refs[0], node) if refs else None
-            if retry_pair is None:
-                results.append(
-                    result(node, device, r, Status.ERROR, "pair below floor; no known-good partner")
-                )
-                continue
-            retry = run_pair(retry_pair)
-            if retry.gbps >= floor:
-                results.append(
-                    result(node, device, retry, Status.PASS, f"cleared with {retry_pair.server}")
-                )
-            else:
-                results.append(
-                    result(node, device, retry, Status.FAIL, "below floor with two partners")
-                )
-    return results
+
+def _ib_result(node: str, r: PairResult, floor: float, status: Status, msg: str) -> CheckResult:
+    device = r.pair.server_device if r.pair.server == node else r.pair.client_device
+    return CheckResult(
+        node=node,
+        check=f"burnin.ib_write_bw[{device}]",
+        status=status,
+        measured=round(r.gbps, 1) if r.gbps >= 0 else None,
+        expected=f">= {floor:g} Gb/s",
+        evidence=r.evidence(),
+        duration_s=max(r.client.duration_s, r.server.duration_s),
+        tier=Tier.BURNIN,
+        message=msg or r.problem,
+    )
 
 
 def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[CheckResult]:
@@ -327,27 +383,3 @@ def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[Ch
         CheckResult(node=n, check=check, status=Status.PASS, measured=v, tier=Tier.BURNIN)
         for n, v in sorted(low.items())
     ]
-
-
-def rail_pairs(
-    nodes: Sequence[str],
-    rails: Mapping[str, Sequence[Mapping[str, Any]]],
-    address: Mapping[str, str],
-    rail: int,
-) -> list[RailPair]:
-    """Neighbouring nodes paired on ``rail`` (an odd one out is paired in the retry step)."""
-    out = []
-    for i in range(0, len(nodes) - 1, 2):
-        a, b = nodes[i], nodes[i + 1]
-        out.append(
-            RailPair(
-                rail,
-                a,
-                str(rails[a][rail]["device"]),
-                address[a],
-                b,
-                str(rails[b][rail]["device"]),
-                PERFTEST_PORT + i // 2,
-            )
-        )
-    return out

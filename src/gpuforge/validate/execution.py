@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuforge.ssh import SshTarget
+
 #: rc that coreutils ``timeout`` returns when it had to kill the command.
 TIMEOUT_RC = 124
 #: rc ssh returns when it could not connect or authenticate.
@@ -63,32 +65,6 @@ class CommandRunner(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach one host: the inventory's ``ansible_*`` connection variables."""
-
-    address: str
-    user: str | None = None
-    port: int | None = None
-    key_file: str | None = None
-    extra_args: tuple[str, ...] = ()
-
-    @classmethod
-    def from_hostvars(cls, host: str, hostvars: Mapping[str, object]) -> SshTarget:
-        """Build from Ansible host variables (``ansible_host``, ``ansible_user``, ...)."""
-        port = hostvars.get("ansible_port")
-        key = hostvars.get("ansible_ssh_private_key_file")
-        user = hostvars.get("ansible_user")
-        common = hostvars.get("ansible_ssh_common_args") or ""
-        return cls(
-            address=str(hostvars.get("ansible_host") or host),
-            user=str(user) if user else None,
-            port=int(str(port)) if port else None,
-            key_file=str(key) if key else None,
-            extra_args=tuple(shlex.split(str(common))),
-        )
-
-
 def remote_line(command: str, timeout: float) -> str:
     """``command`` wrapped in coreutils ``timeout`` so that the remote side dies on its own too."""
     secs = max(int(timeout), 1)
@@ -106,27 +82,8 @@ class SshRunner:
     def argv(self, host: str, command: str, timeout: float) -> list[str]:
         """The ssh command line for ``command`` on ``host``."""
         target = self.targets.get(host, SshTarget(address=host))
-        argv = [
-            self.ssh,
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ConnectTimeout={self.connect_timeout}",
-            "-o",
-            "ServerAliveInterval=5",
-            "-o",
-            "ServerAliveCountMax=3",
-            "-o",
-            "LogLevel=ERROR",
-        ]
-        if target.port:
-            argv += ["-p", str(target.port)]
-        if target.key_file:
-            argv += ["-i", target.key_file]
-        argv += list(target.extra_args)
-        dest = f"{target.user}@{target.address}" if target.user else target.address
-        argv += [dest, "--", remote_line(command, timeout)]
-        return argv
+        remote = remote_line(command, timeout)
+        return target.command(remote, connect_timeout=self.connect_timeout, ssh=self.ssh)
 
     def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
         """Run ``command`` on ``host``; never raises for the command's own failure or hang."""

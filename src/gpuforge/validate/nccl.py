@@ -507,14 +507,17 @@ def localization_results(
 ) -> list[CheckResult]:
     """Per-node results of one localization: culprits fail, unresolved hold, the rest pass."""
     out: list[CheckResult] = []
-    for node in loc.culprits:
-        mine = [r for r in loc.runs if node in r.nodes and len(r.nodes) <= 2]
-        last = mine[-1] if mine else None
-        evidence = "\n".join(
+
+    def evidence(node: str) -> str:
+        return "\n".join(
             f"{r.label} {','.join(r.nodes)}: {r.busbw_gbs:.1f} GB/s (floor {r.floor_gbs:.1f})"
             for r in loc.runs
             if node in r.nodes
         )
+
+    for node in loc.culprits:
+        mine = [r for r in loc.runs if node in r.nodes and len(r.nodes) <= 2]
+        last = mine[-1] if mine else None
         out.append(
             CheckResult(
                 node=node,
@@ -522,7 +525,7 @@ def localization_results(
                 status=Status.FAIL,
                 measured=round(last.busbw_gbs, 2) if last else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
-                evidence=evidence,
+                evidence=evidence(node),
                 tier=tier,
                 message="localized: underperforms when paired with a known-good node",
             )
@@ -534,17 +537,23 @@ def localization_results(
                 check=check,
                 status=Status.ERROR,
                 expected=f">= {floor_gbs:.1f} GB/s",
+                evidence=evidence(node),
                 tier=tier,
                 message="in a failing group but no known-good partner was available",
             )
         )
     for node in loc.cleared:
+        # measured: the largest passing run that cleared it (the whole batch when all is well)
+        passing = [r for r in loc.runs if node in r.nodes and r.passed]
+        best = max(passing, key=lambda r: len(r.nodes)) if passing else None
         out.append(
             CheckResult(
                 node=node,
                 check=check,
                 status=Status.PASS,
+                measured=round(best.busbw_gbs, 2) if best else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
+                evidence=evidence(node),
                 tier=tier,
             )
         )

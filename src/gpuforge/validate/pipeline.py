@@ -21,9 +21,10 @@ import hostlist
 
 from gpuforge import slurm
 from gpuforge.errors import InputError
+from gpuforge.ssh import SshTarget
 from gpuforge.validate import burnin, nccl
 from gpuforge.validate.conformance import SuiteRun, run_suite
-from gpuforge.validate.execution import CommandRunner, SshRunner, SshTarget
+from gpuforge.validate.execution import CommandRunner, SshRunner
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
@@ -279,27 +280,22 @@ def _ib_write_bw(view: ClusterView, nodes: Sequence[str], deps: Deps) -> list[Ch
         return burnin.ib_write_bw_pair(deps.runner, p)
 
     for rail in range(count):
-        pairs = burnin.rail_pairs(nodes, rails, address, rail)
 
-        def repair(ref: str, node: str, rail: int = rail) -> burnin.RailPair:
+        def make_pair(server: str, client: str, round_no: int, rail: int = rail) -> burnin.RailPair:
             return burnin.RailPair(
                 rail,
-                ref,
-                str(rails[ref][rail]["device"]),
-                address[ref],
-                node,
-                str(rails[node][rail]["device"]),
-                burnin.PERFTEST_PORT + 900,
+                server,
+                str(rails[server][rail]["device"]),
+                address[server],
+                client,
+                str(rails[client][rail]["device"]),
+                # a new port per rail and round: a server left over from a hung pair holds its own
+                burnin.PERFTEST_PORT + 16 * rail + round_no,
             )
 
-        rail_results = burnin.ib_write_bw_rail(
-            run_pair, pairs, rate_gbps=view.rate_gbps, repair=repair
+        out += burnin.ib_write_bw_rail(
+            run_pair, nodes, rate_gbps=view.rate_gbps, make_pair=make_pair
         )
-        if len(nodes) % 2:  # the odd one out, against the first node (only its result counts)
-            odd = burnin.rail_pairs([nodes[-1], nodes[0]], rails, address, rail)
-            extra = burnin.ib_write_bw_rail(run_pair, odd, rate_gbps=view.rate_gbps, repair=repair)
-            rail_results += [r for r in extra if r.node == nodes[-1]]
-        out += rail_results
     return out
 
 

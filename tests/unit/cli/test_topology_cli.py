@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpuforge.cli import main
 
-from .conftest import EXAMPLES, LAB
+from ..conftest import EXAMPLES, LAB
 
 
 def run(*args: str) -> Any:

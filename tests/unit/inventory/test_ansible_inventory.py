@@ -14,7 +14,7 @@ import pytest
 from gpuforge.inventory.render import write_inventory
 from gpuforge.topology import load_cluster
 
-from .conftest import EXAMPLES, LAB
+from ..conftest import EXAMPLES, LAB
 
 REPO = Path(__file__).resolve().parents[3]
 ANSIBLE_INVENTORY = Path(sys.executable).with_name("ansible-inventory")

@@ -17,7 +17,7 @@ from gpuforge.inventory.render import render_files, write_inventory
 from gpuforge.inventory.slurm import nodes_conf, topology_conf
 from gpuforge.topology import Cluster, load_cluster
 
-from .conftest import EXAMPLES, LAB
+from ..conftest import EXAMPLES, LAB
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from gpuforge.topology import SpecError, Topology, expand, load_cluster, load_spec
 
-from .conftest import EXAMPLES, LAB
+from ..conftest import EXAMPLES, LAB
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)

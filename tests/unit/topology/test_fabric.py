@@ -9,7 +9,7 @@ import pytest
 from gpuforge.topology import load_cluster
 from gpuforge.topology.fabric import FabricImpossible, leaf_split, plan_fabric
 
-from .conftest import EXAMPLES
+from ..conftest import EXAMPLES
 
 
 def superpod(nodes: int, **overrides: object) -> object:

@@ -118,24 +118,65 @@ def _synthetic(gbps: dict[frozenset[str], float]):
     return run
 
 
+def _make_pair(server: str, client: str, round_no: int) -> RailPair:
+    return RailPair(0, server, "mlx5_0", server, client, "mlx5_0", 18515 + round_no)
+
+
+def _slow_nodes(*slow: str) -> dict[frozenset[str], float]:
+    """Every pair with a slow node in it runs at 150 Gb/s."""
+    return {frozenset((a, b)): 150.0 for a in slow for b in "abcdefgh" if a != b}
+
+
+def _rail(gbps: dict[frozenset[str], float], nodes: str) -> dict[str, Status]:
+    res = ib_write_bw_rail(_synthetic(gbps), list(nodes), rate_gbps=400, make_pair=_make_pair)
+    return {r.node: r.status for r in res}
+
+
 def test_ib_write_bw_rail_localizes_bad_port() -> None:
-    run = _synthetic({frozenset(("c", "d")): 150.0, frozenset(("d", "a")): 150.0})
-    pairs = [
-        RailPair(0, "a", "mlx5_0", "a", "b", "mlx5_0"),
-        RailPair(0, "c", "mlx5_0", "c", "d", "mlx5_0", 18516),
-    ]
+    assert _rail(_slow_nodes("d"), "abcd") == {
+        "a": Status.PASS,
+        "b": Status.PASS,
+        "c": Status.PASS,
+        "d": Status.FAIL,
+    }
 
-    def repair(ref: str, node: str) -> RailPair:
-        return RailPair(0, ref, "mlx5_0", ref, node, "mlx5_0", 18600)
 
-    res = {r.node: r.status for r in ib_write_bw_rail(run, pairs, rate_gbps=400, repair=repair)}
-    assert res == {"a": Status.PASS, "b": Status.PASS, "c": Status.PASS, "d": Status.FAIL}
+def test_ib_write_bw_rail_breaks_a_tie_with_the_odd_node_out() -> None:
+    # b-c fails and no pair has passed yet: the untested d meets b, passes, and so condemns c.
+    res = ib_write_bw_rail(
+        _synthetic(_slow_nodes("c")), list("bcd"), rate_gbps=400, make_pair=_make_pair
+    )
+    status = {r.node: r.status for r in res}
+    assert status == {"b": Status.PASS, "c": Status.FAIL, "d": Status.PASS}
+    (c,) = [r for r in res if r.node == "c"]
+    assert c.check == "burnin.ib_write_bw[mlx5_0]"
+    assert "which reached it with" in c.message
+
+
+def test_ib_write_bw_rail_every_pair_slow_is_held_not_failed() -> None:
+    everything = {frozenset(p): 100.0 for p in ("ab", "ac", "ad", "bc", "bd", "cd")}
+    assert set(_rail(everything, "abcd").values()) == {Status.ERROR}
 
 
 def test_ib_write_bw_rail_no_partner_holds() -> None:
-    run = _synthetic({frozenset(("a", "b")): 10.0})
-    pairs = [RailPair(0, "a", "mlx5_0", "a", "b", "mlx5_0")]
-    res = ib_write_bw_rail(
-        run, pairs, rate_gbps=400, repair=lambda r, n: RailPair(0, r, "m", r, n, "m")
-    )
-    assert {r.status for r in res} == {Status.ERROR}
+    assert set(_rail({frozenset(("a", "b")): 10.0}, "ab").values()) == {Status.ERROR}
+
+
+def test_ib_write_bw_rail_rounds_use_disjoint_pairs() -> None:
+    seen: list[RailPair] = []
+    slow = _slow_nodes("a", "d", "e")
+
+    def run(p: RailPair) -> PairResult:
+        seen.append(p)
+        return _synthetic(slow)(p)
+
+    ib_write_bw_rail(run, list("abcdefgh"), rate_gbps=400, make_pair=_make_pair)
+    for port in {p.port for p in seen}:
+        members = [n for p in seen if p.port == port for n in (p.server, p.client)]
+        assert len(members) == len(set(members)), f"a node twice in round {port}"
+
+
+def test_ib_write_bw_rail_two_slow_nodes_among_eight() -> None:
+    status = _rail(_slow_nodes("b", "g"), "abcdefgh")
+    assert {n for n, s in status.items() if s is Status.FAIL} == {"b", "g"}
+    assert {n for n, s in status.items() if s is Status.PASS} == set("acdefh")

@@ -73,9 +73,21 @@ class FakeSlurm:
             n: ("IDLE+DRAIN", drained[n]) if n in drained else ("IDLE", "") for n in NODES
         }
         self.updates: list[list[str]] = []
+        self.reservations = {}
+
+    reservations: dict[str, str]
 
     def run(self, argv: Sequence[str], *, timeout: float = 60) -> slurm.CommandResult:
         assert timeout > 0
+        if len(argv) > 2 and argv[2].startswith("ReservationName="):
+            name = argv[2].split("=", 1)[1]
+            if argv[1] == "show":
+                return slurm.CommandResult(0 if name in self.reservations else 1, "", "")
+            if argv[1] == "delete":
+                del self.reservations[name]
+            else:
+                self.reservations[name] = argv[3].split("=", 1)[1]
+            return slurm.CommandResult(0, "", "")
         if argv[:2] == ["scontrol", "update"]:
             self.updates.append(list(argv))
             names = slurm.expand_nodes(argv[2].split("=", 1)[1])
@@ -196,9 +208,17 @@ def test_unreachable_node_is_held_not_drained(tmp_path: Path, monkeypatch, fake)
 
 
 def test_full_level_finds_burn_and_nccl_culprits(tmp_path: Path, monkeypatch, fake) -> None:
-    w, _ = wiring(tmp_path, slow_nccl=["gpu06"], fake=fake)
+    w, sl = wiring(tmp_path, slow_nccl=["gpu06"], fake=fake, drained={"gpu05": "RMA 4711"})
     res = invoke(monkeypatch, w, tmp_path, "--level", "full", "--gpu-burn-seconds", "5")
     assert res.exit_code == 1, res.output
+    # The NCCL jobs ran in a maintenance reservation over the batch (gpu05 resumed inside it);
+    # afterwards, without --drain, gpu05 is drained again with its own reason and nothing else
+    # changed state.
+    assert ["scontrol", "update", "NodeName=gpu[01-08]", "State=RESUME"] not in sl.updates
+    assert sl.updates[0] == ["scontrol", "update", "NodeName=gpu05", "State=RESUME"]
+    assert sl.state["gpu05"] == ("IDLE+DRAIN", "RMA 4711")
+    assert {n for n, (st, _) in sl.state.items() if "DRAIN" in st} == {"gpu05"}
+    assert sl.reservations == {}
     data = json.loads((tmp_path / "out" / "validation.json").read_text())
     verdicts = {n["node"]: (n["verdict"], n["reasons"]) for n in data["nodes"]}
     # gpu03's gpu-burn output is a 16-GPU FAULTY run (exit 0): quarantined by the summary.

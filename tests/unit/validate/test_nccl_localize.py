@@ -10,8 +10,10 @@ from gpuforge.validate.nccl import (
     FabricNode,
     Localizer,
     acceptance_plan,
+    localization_results,
     run_bound,
 )
+from gpuforge.validate.result import Status
 
 GOOD = 380.0
 FLOOR = 320.0
@@ -165,3 +167,14 @@ def test_acceptance_plan_covers_leaves_and_rails() -> None:
         flat = [n for g in p.groups for n in g]
         assert len(flat) == len(set(flat))
         assert all(len(g) == 2 for g in p.groups)
+
+
+def test_results_carry_the_busbw_that_judged_each_node() -> None:
+    leaves = fabric(8, per_leaf=8)
+    loc = Localizer(Model(leaves, slow={"gpu005"}), FLOOR, leaves).localize(sorted(leaves))
+    res = {r.node: r for r in localization_results(loc, check="nccl.multinode", floor_gbs=FLOOR)}
+    assert res["gpu005"].status is Status.FAIL
+    assert res["gpu005"].measured == 150.0
+    assert res["gpu000"].status is Status.PASS
+    assert res["gpu000"].measured == GOOD
+    assert "GB/s (floor 320.0)" in res["gpu000"].evidence

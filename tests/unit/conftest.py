@@ -1,4 +1,4 @@
-"""Specs for topology tests: the lab example, as data to break one field at a time."""
+"""Specs for topology, inventory and CLI tests: the lab example, to break one field at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "topologies"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
 LAB = EXAMPLES / "lab.yaml"
 
 
