@@ -7,8 +7,10 @@ Layout of ``out_dir`` (docs/contracts.md is the contract):
   hardware per node type; ``group_vars/phase_*.yml`` each phase's gate;
 * ``slurm/nodes.conf``, ``slurm/topology.conf``, ``hosts``, ``topology.json``.
 
-``hosts.yml`` is written as text rather than through a YAML emitter: PyYAML's emitter takes
-seconds for 12,500 hosts, and every value here is a JSON scalar or list, which is valid YAML.
+``hosts.yml`` is JSON, which is YAML too, written one host per line. Ansible's YAML inventory
+plugin tries a JSON parse first, and that path is fast: ``ansible-inventory --graph`` on 12,542
+hosts takes 5.8 s instead of 12 s from block YAML (ansible-core 2.19 tags every YAML value
+with its origin). Generated files carry no "do not edit" comment here: JSON has none.
 """
 
 from __future__ import annotations
@@ -109,24 +111,25 @@ def host_vars(node: Node) -> dict[str, Any]:
 def hosts_yml(
     cluster: Cluster, extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None
 ) -> str:
-    """The text of ``hosts.yml``."""
+    """The text of ``hosts.yml``: JSON (which is YAML), one host or group per line."""
     extra = extra_host_vars or {}
     dump = json.dumps
-    out = [HEADER.format(name=cluster.name), "all:\n  hosts:\n"]
+    lines = []
     for node in cluster.nodes:
-        out.append(f"    {node.hostname}:\n")
         data = host_vars(node)
         data.update(extra.get(node.hostname, {}))
-        for key in sorted(data):
-            out.append(f"      {key}: {dump(data[key], sort_keys=True)}\n")
-    out.append("  children:\n")
+        lines.append(f"    {dump(node.hostname)}: {dump(data, sort_keys=True)}")
+    children = []
     for name, members in groups(cluster).items():
-        if not members:
-            out.append(f"    {name}: {{}}\n")
-            continue
-        out.append(f"    {name}:\n      hosts:\n")
-        out.extend(f'        "{pattern}":\n' for pattern in ansible_ranges(members))
-    return "".join(out)
+        group = {"hosts": dict.fromkeys(ansible_ranges(members))} if members else {}
+        children.append(f"    {dump(name)}: {dump(group)}")
+    return (
+        '{"all": {\n  "hosts": {\n'
+        + ",\n".join(lines)
+        + '\n  },\n  "children": {\n'
+        + ",\n".join(children)
+        + "\n  }\n}}\n"
+    )
 
 
 def all_vars(cluster: Cluster) -> dict[str, Any]:
