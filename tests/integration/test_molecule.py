@@ -22,12 +22,18 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 SCENARIO_TIMEOUT = float(os.environ.get("GPUFORGE_MOLECULE_TIMEOUT", "1800"))
 VENV_BIN = Path(sys.executable).parent
+#: Scenarios measured at 5-10 minutes on 2 cores, slowest first: run in parallel (``make test``
+#: uses pytest-xdist), they start first so that the workers finish together.
+SLOWEST = ("infiniband", "roce", "slurm", "nvidia_driver", "base")
 #: Every role with a scenario, or the comma-separated GPUFORGE_MOLECULE_ROLES (``make test``'s set).
 ROLES = sorted(
-    p.parents[2].name
-    for p in (REPO_ROOT / "roles").glob("*/molecule/default/molecule.yml")
-    if not os.environ.get("GPUFORGE_MOLECULE_ROLES")
-    or p.parents[2].name in os.environ["GPUFORGE_MOLECULE_ROLES"].split(",")
+    (
+        p.parents[2].name
+        for p in (REPO_ROOT / "roles").glob("*/molecule/default/molecule.yml")
+        if not os.environ.get("GPUFORGE_MOLECULE_ROLES")
+        or p.parents[2].name in os.environ["GPUFORGE_MOLECULE_ROLES"].split(",")
+    ),
+    key=lambda role: (SLOWEST.index(role) if role in SLOWEST else len(SLOWEST), role),
 )
 
 
