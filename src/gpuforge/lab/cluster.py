@@ -493,11 +493,14 @@ def _prepare_node(
     else:
         raise OperationError(f"{cname}: systemd did not finish booting ({state or 'no state'})")
     changed = False
-    for path, data, mode in (
+    for path, wanted, mode in (
         ("/etc/hosts", hosts_file, "0644"),
         ("/root/.ssh/authorized_keys", pubkey, "0600"),
     ):
         current = podman.exec_(cname, ["cat", path], check=False).stdout
+        data = wanted
+        if path == "/etc/hosts":  # the lab's block only: roles add theirs (base's cluster block)
+            data = with_lab_block(current.decode(errors="replace"), wanted.decode()).encode()
         if current != data:
             podman.put_file(cname, data, path, mode=mode)
             changed = True
@@ -508,17 +511,34 @@ def _prepare_node(
     return f"{host_key[0]} {host_key[1]}", changed or fresh
 
 
+LAB_HOSTS_BEGIN = "# BEGIN gpuforge lab up"
+LAB_HOSTS_END = "# END gpuforge lab up"
+
+
 def _etc_hosts(plan: LabPlan) -> str:
+    """The lab's /etc/hosts block: every node at its management address, and the mirror."""
     lines = [
-        "# Written by gpuforge lab up: every node of the lab at its management address.",
+        LAB_HOSTS_BEGIN,
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
         "ff02::1\tip6-allnodes",
         "ff02::2\tip6-allrouters",
     ]
     lines += [f"{n.address}\t{n.fqdn} {n.hostname}" for n in plan.nodes]
-    lines.append(f"{plan.mirror_address}\t{plan.mirror_name}")
+    lines += [f"{plan.mirror_address}\t{plan.mirror_name}", LAB_HOSTS_END]
     return "\n".join(lines) + "\n"
+
+
+def with_lab_block(current: str, block: str) -> str:
+    """``current`` /etc/hosts with the lab's block replaced by ``block``, the rest kept.
+
+    A file without the block (a fresh container) becomes the block alone.
+    """
+    start, end = current.find(LAB_HOSTS_BEGIN), current.find(LAB_HOSTS_END)
+    if start < 0 or end < start:
+        return block
+    tail = current[end + len(LAB_HOSTS_END) :].removeprefix("\n")
+    return current[:start] + block + tail
 
 
 def _known_hosts(plan: LabPlan, host_keys: Mapping[str, tuple[str, bool]]) -> str:

@@ -79,6 +79,15 @@ def test_etc_hosts_lists_every_node_and_the_mirror(plan: LabPlan) -> None:
     assert "127.0.0.1\tlocalhost" in hosts
 
 
+def test_lab_up_again_keeps_what_roles_added_to_etc_hosts(plan: LabPlan) -> None:
+    block = cluster._etc_hosts(plan)
+    assert cluster.with_lab_block("127.0.1.1 debian\n", block) == block  # fresh container
+    managed = "# BEGIN gpuforge cluster hosts\n10.9.0.11\tgpu01\n# END gpuforge cluster hosts\n"
+    old = block.replace("t-mirror", "old-mirror")
+    assert cluster.with_lab_block(old + managed, block) == block + managed
+    assert cluster.with_lab_block(block + managed, block) == block + managed
+
+
 def test_known_hosts_names_each_node_three_ways(plan: LabPlan) -> None:
     keys = {"ctl01": ("ssh-ed25519 AAAActl", True), "gpu01": ("ssh-ed25519 AAAAgpu", False)}
     assert cluster._known_hosts(plan, keys).splitlines() == [
