@@ -255,7 +255,7 @@ def test_ssh_runner_builds_a_batch_command_from_hostvars() -> None:
     runner = slurm.ssh_runner_from_hostvars(
         "ctl01",
         {
-            "ansible_host": "10.89.0.10",
+            "ansible_host": "10.231.0.10",
             "ansible_user": "root",
             "ansible_port": 2222,
             "ansible_ssh_private_key_file": "/lab/id_ed25519",
@@ -269,7 +269,7 @@ def test_ssh_runner_builds_a_batch_command_from_hostvars() -> None:
     assert cmd[cmd.index("-i") + 1] == "/lab/id_ed25519"
     assert "UserKnownHostsFile=/lab/known_hosts" in cmd
     assert cmd[-3:] == [
-        "root@10.89.0.10",
+        "root@10.231.0.10",
         "--",
         "scontrol update NodeName=gpu01 'Reason=two words'",
     ]

@@ -84,7 +84,7 @@ def test_hosts_yml_groups_and_minimal_host_vars(lab: Cluster) -> None:
     assert _members(children["rack_r002"]) == ["gpu05", "gpu06", "gpu07", "gpu08"]
     assert len(_members(children["su_01"])) == 8
     assert _members(children["nodetype_h100_sxm"]) == [f"gpu{i:02d}" for i in range(1, 9)]
-    assert data["hosts"]["ctl01"] == {"gpuforge_mgmt_address": "10.89.0.10"}
+    assert data["hosts"]["ctl01"] == {"gpuforge_mgmt_address": "10.231.0.10"}
     gpu08 = data["hosts"]["gpu08"]
     assert set(gpu08) == {"gpuforge_mgmt_address", "gpuforge_rail_addresses"}
     assert gpu08["gpuforge_rail_addresses"][0] == "10.100.0.18/24"
@@ -217,8 +217,8 @@ def test_topology_json_is_the_expanded_model(lab: Cluster) -> None:
 
 def test_etc_hosts_fragment(lab: Cluster) -> None:
     lines = render_files(lab)["hosts"].splitlines()
-    assert "10.89.0.11\tgpu01.lab.gpuforge.test\tgpu01" in lines
-    assert "10.89.1.10\tctl01-bmc.lab.gpuforge.test\tctl01-bmc" in lines
+    assert "10.231.0.11\tgpu01.lab.gpuforge.test\tgpu01" in lines
+    assert "10.231.1.10\tctl01-bmc.lab.gpuforge.test\tctl01-bmc" in lines
 
 
 def test_output_is_byte_identical(tmp_path: Path) -> None:

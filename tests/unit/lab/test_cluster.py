@@ -32,10 +32,10 @@ def plan() -> LabPlan:
 def test_plan_from_the_lab_spec_uses_management_addresses() -> None:
     plan = cluster.plan_from_cluster(load_cluster(LAB_SPEC))
     assert plan.name == "lab"
-    assert plan.subnet == "10.89.0.0/24"
-    assert plan.gateway == "10.89.0.1"
+    assert plan.subnet == "10.231.0.0/24"
+    assert plan.gateway == "10.231.0.1"
     assert len(plan.nodes) == 9
-    assert plan.nodes[0] == LabNode("ctl01", "ctl01.lab.gpuforge.test", "controller", "10.89.0.10")
+    assert plan.nodes[0] == LabNode("ctl01", "ctl01.lab.gpuforge.test", "controller", "10.231.0.10")
 
 
 def test_names_derive_from_the_lab_name(plan: LabPlan) -> None:

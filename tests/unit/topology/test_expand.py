@@ -30,7 +30,7 @@ def test_lab_nodes_follow_the_contract() -> None:
     assert (gpu05.rack, gpu05.su, gpu05.phase) == ("r002", 1, 2)
     assert gpu01.fqdn == "gpu01.lab.gpuforge.test"
     # Node number 1 (ctl01 is 0) at offset 10 in every subnet.
-    assert (gpu01.mgmt_address, gpu01.bmc_address) == ("10.89.0.11", "10.89.1.11")
+    assert (gpu01.mgmt_address, gpu01.bmc_address) == ("10.231.0.11", "10.231.1.11")
     rail7 = gpu05.rails[7]
     assert (rail7.rail, rail7.device, rail7.netdev) == (7, "mlx5_7", "ib7")
     assert rail7.address == "10.100.7.15/24"

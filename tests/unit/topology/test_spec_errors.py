@@ -57,7 +57,7 @@ def too_many_endpoints(d: Data) -> None:
     d["layout"]["racks_per_su"] = 1
     d["layout"]["nodes_per_rack"] = 1
     _gpu_group(d)["count"] = 20
-    d["addressing"]["management"]["subnet"] = "10.89.0.0/24"
+    d["addressing"]["management"]["subnet"] = "10.231.0.0/24"
 
 
 def racks_too_few(d: Data) -> None:
@@ -96,7 +96,7 @@ def version_not_a_version(d: Data) -> None:
 
 
 def gateway_inside_nodes(d: Data) -> None:
-    d["addressing"]["management"]["gateway"] = "10.89.0.12"
+    d["addressing"]["management"]["gateway"] = "10.231.0.12"
 
 
 def unknown_node_type(d: Data) -> None:
@@ -127,7 +127,7 @@ CASES: list[tuple[Callable[[Data], None], str, str]] = [
     (phases_leave_nodes_out, "rollout.phases", "1 GPU nodes are in no phase: gpu08"),
     (version_not_quoted, "versions.cuda", "12.8 is not a version: write it as a quoted string"),
     (version_not_a_version, "versions.nvidia_driver", "'latest' is not a version"),
-    (gateway_inside_nodes, "addressing.management.host_offset", "include the gateway 10.89.0.12"),
+    (gateway_inside_nodes, "addressing.management.host_offset", "include the gateway 10.231.0.12"),
     (unknown_node_type, "node_groups[1].node_type", "unknown node type 'h200'"),
     (bad_hostname_pattern, "node_groups[1].hostname", "not a valid lower-case DNS label"),
     (phase_with_two_selectors, "rollout.phases[0]", "give exactly one of count, sus, hosts, rest"),
