@@ -102,7 +102,7 @@ lab-up: lab-image ## Bring up one container per node of SPEC (idempotent; FAULTS
 	$(BIN)/gpuforge lab up $(SPEC) $(if $(FAULTS),--faults $(FAULTS))
 
 .PHONY: lab-down
-lab-down: setup ## Remove the lab: containers, network, SSH key, state (LAB=name if several)
+lab-down: setup ## Remove the lab: containers, network, SSH key, state, rollout record (LAB=name if several)
 	$(BIN)/gpuforge lab down $(if $(LAB),--lab $(LAB))
 
 .PHONY: molecule

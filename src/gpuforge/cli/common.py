@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,3 +18,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print machin
 def echo_json(data: Any) -> None:
     """Print ``data`` as stable, indented JSON."""
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+state_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("GPUFORGE_STATE_DIR", "state"),
+    show_default="state/ or $GPUFORGE_STATE_DIR",
+    help="Where the rollout record (SQLite) and the lock live.",
+)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option
+from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
 from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
 from gpuforge.rollout.state import NodeState, StateStore, open_store
@@ -24,13 +23,6 @@ from gpuforge.topology.expand import Cluster
 
 spec_argument = click.argument(
     "spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-state_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("GPUFORGE_STATE_DIR", "state"),
-    show_default="state/ or $GPUFORGE_STATE_DIR",
-    help="Where the rollout record (SQLite) and the lock live.",
 )
 
 

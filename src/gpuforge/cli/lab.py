@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option
+from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
 from gpuforge.errors import InputError, OperationError
 
 spec_argument = click.argument(
@@ -122,13 +123,22 @@ def status_cmd(lab_name: str | None, as_json: bool) -> None:
 
 @lab.command("down")
 @lab_option
-def down_cmd(lab_name: str | None) -> None:
-    """Remove the lab's containers, network, SSH key and state."""
+@state_option
+def down_cmd(lab_name: str | None, state_dir: Path) -> None:
+    """Remove the lab's containers, network, SSH key and state, and its rollout record.
+
+    The rollout record (STATE_DIR/<lab>/) describes nodes that are gone with the containers: left
+    in place, it would tell the next deploy that fresh nodes were admitted long ago.
+    """
     from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
 
     name = _lab_name(lab_name)
     gone = lab_cluster.down(name)
     click.echo(f"lab {name}: removed {len(gone)} objects")
+    record = state_dir / name
+    if (record / "rollout.db").is_file():
+        shutil.rmtree(record)
+        click.echo(f"lab {name}: removed its rollout record {record}")
 
 
 @lab.command("ssh", context_settings={"ignore_unknown_options": True})
