@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,22 @@ from typing import Any
 import pytest
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "topologies"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "topologies"
+#: Real tool outputs: $GPUFORGE_REAL_FIXTURES, else ../shared/fixtures/real beside the repository,
+#: else the shared copy of this workplace (so that a clone elsewhere, e.g. CI's, finds them).
+REAL_FIXTURES = next(
+    (
+        p
+        for p in (
+            Path(os.environ.get("GPUFORGE_REAL_FIXTURES", "/nonexistent")),
+            REPO.parent / "shared" / "fixtures" / "real",
+            Path("/work/shared/fixtures/real"),
+        )
+        if p.is_dir()
+    ),
+    REPO.parent / "shared" / "fixtures" / "real",
+)
 LAB = EXAMPLES / "lab.yaml"
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.unit.conftest import REAL_FIXTURES as REAL
+
 ROOT = Path(__file__).resolve().parents[3]
 SIM_DIR = ROOT / "lab" / "sim"
 EXAMPLES = SIM_DIR / "examples"
-REAL = Path(os.environ.get("GPUFORGE_REAL_FIXTURES", ROOT.parent / "shared" / "fixtures" / "real"))
 
 if str(SIM_DIR) not in sys.path:
     sys.path.insert(0, str(SIM_DIR))

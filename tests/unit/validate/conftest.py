@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from tests.unit.conftest import REAL_FIXTURES as REAL
 
 from gpuforge.validate.execution import CommandResult
-
-REAL = Path("/work/shared/fixtures/real")
-if not REAL.exists():  # the fixtures also live next to the repository in other checkouts
-    REAL = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "real"
 
 
 def real(rel: str) -> str:

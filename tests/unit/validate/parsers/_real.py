@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[4]
-REAL = REPO_ROOT.parent / "shared" / "fixtures" / "real"
+from tests.unit.conftest import REAL_FIXTURES as REAL
 
 # Every file of the fixture tree, and the KIND that reads it; None (with why) for outputs of
 # tools gpuforge has no parser for.
