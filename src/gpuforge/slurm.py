@@ -438,8 +438,8 @@ def maintenance_window(
     """
     names = expand_nodes(nodes)
     before = node_states(runner, names, timeout=timeout)
-    reserve(runner, name, names, timeout=timeout)
     try:
+        reserve(runner, name, names, timeout=timeout)
         yield
     finally:
         by_reason: dict[str, list[str]] = {}
