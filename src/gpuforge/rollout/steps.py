@@ -12,7 +12,7 @@ from typing import Any
 from gpuforge import slurm
 from gpuforge.errors import OperationError
 from gpuforge.rollout.deploy import Validation
-from gpuforge.runner import EventHandler, RunResult, run_playbook
+from gpuforge.playbook import EventHandler, RunResult, run_playbook
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
 
