@@ -19,7 +19,7 @@ from gpuforge.rollout.ui import DeployProgress
 from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm import expand_nodes
 from gpuforge.topology import load_cluster
-from gpuforge.topology.expand import Cluster
+from gpuforge.topology.cluster import Cluster
 
 spec_argument = click.argument(
     "spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)

@@ -11,7 +11,7 @@ from gpuforge.cli.common import echo_json, json_option
 from gpuforge.cli.topology import spec_argument
 from gpuforge.inventory.render import phase_group
 from gpuforge.topology import Cluster, load_cluster
-from gpuforge.topology.expand import compress
+from gpuforge.topology.cluster import compress
 
 
 def phase_rows(cluster: Cluster) -> list[dict[str, Any]]:

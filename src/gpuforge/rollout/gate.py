@@ -6,7 +6,7 @@ import time
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.rollout.state import GateRecord, NodeState, StateStore
-from gpuforge.topology.expand import passes_needed
+from gpuforge.topology.cluster import passes_needed
 
 
 class GateClosed(GpuforgeError):  # noqa: N818 - reads as the outcome it reports

@@ -12,7 +12,7 @@ from jinja2 import Environment, select_autoescape
 
 from gpuforge.rollout.deploy import DeployOutcome
 from gpuforge.rollout.state import StateStore
-from gpuforge.topology.expand import Cluster
+from gpuforge.topology.cluster import Cluster
 
 REPORT_SCHEMA_VERSION = 1
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from gpuforge import slurm
 from gpuforge.errors import OperationError
-from gpuforge.rollout.deploy import Validation
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
+from gpuforge.rollout.deploy import Validation
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from gpuforge.topology.cluster import Cluster, Link, Node, PhasePlan, RailPort, Switch
 from gpuforge.topology.errors import Problem, SpecError
-from gpuforge.topology.expand import Cluster, Link, Node, PhasePlan, RailPort, Switch, expand
+from gpuforge.topology.expand import expand
 from gpuforge.topology.load import load_cluster, load_spec, parse_spec
 from gpuforge.topology.model import Topology
 

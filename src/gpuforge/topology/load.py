@@ -8,23 +8,33 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from gpuforge.topology.check import Analysis, analyse
+from gpuforge.topology.cluster import Cluster
 from gpuforge.topology.errors import Problem, SpecError
-from gpuforge.topology.expand import Cluster, check, expand
+from gpuforge.topology.expand import build
 from gpuforge.topology.model import Topology
 
 
 def load_spec(path: Path | str) -> Topology:
     """Read and validate the spec at ``path``; raise SpecError naming file, field and line."""
+    return _load(path)[0]
+
+
+def _load(path: Path | str) -> tuple[Topology, Analysis]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError([Problem("", f"cannot read spec: {exc.strerror or exc}")], path) from None
-    return parse_spec(text, path)
+    return _parse(text, path)
 
 
 def parse_spec(text: str, path: Path | str = "<spec>") -> Topology:
     """Validate spec ``text`` (``path`` is only used in messages)."""
+    return _parse(text, path)[0]
+
+
+def _parse(text: str, path: Path | str) -> tuple[Topology, Analysis]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -46,15 +56,19 @@ def parse_spec(text: str, path: Path | str = "<spec>") -> Topology:
         topo = Topology.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_problems(exc), path).with_file(path, lines) from None
-    problems = check(topo)
-    if problems:
-        raise SpecError(problems, path).with_file(path, lines)
-    return topo
+    analysis = analyse(topo)
+    if analysis.problems:
+        raise SpecError(analysis.problems, path).with_file(path, lines)
+    return topo, analysis
 
 
 def load_cluster(path: Path | str) -> Cluster:
-    """Load, validate and expand the spec at ``path``."""
-    return expand(load_spec(path))
+    """Load, validate and expand the spec at ``path`` (its cross-field analysis runs once)."""
+    topo, analysis = _load(path)
+    try:
+        return build(topo, analysis)
+    except SpecError as exc:
+        raise exc.with_file(path) from None
 
 
 def _join(parent: str, key: str | int) -> str:

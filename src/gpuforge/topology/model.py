@@ -2,7 +2,7 @@
 
 Field-level rules live here; rules that relate several fields (subnets that must hold every
 node, phases that must cover every GPU node, racks that must hold their power) live in
-``gpuforge.topology.validate`` so that each problem can name its own field path.
+``gpuforge.topology.check`` so that each problem can name its own field path.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpuforge.topology.expand import Cluster
+from gpuforge.topology.cluster import Cluster
 
 
 def summarize(cluster: Cluster) -> dict[str, Any]:
