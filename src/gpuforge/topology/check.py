@@ -1,0 +1,292 @@
+"""Cross-field checks of a spec, in one pass that also plans hostnames, fabric and phases.
+
+Field-level rules live in :mod:`gpuforge.topology.model`; the rules here relate several fields
+(subnets that must hold every node, phases that must cover every GPU node, racks that must hold
+their power), so each problem names its own field path. :func:`analyse` runs once per load; its
+:class:`Analysis` is what :func:`gpuforge.topology.expand.build` expands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+
+import hostlist
+
+from gpuforge.topology.addressing import check_subnet
+from gpuforge.topology.cluster import PhasePlan, compress
+from gpuforge.topology.errors import Problem
+from gpuforge.topology.fabric import FabricImpossible, FabricPlan, plan_fabric
+from gpuforge.topology.model import NodeGroup, NodeType, Subnet, Topology
+
+
+@dataclass(slots=True)
+class Analysis:
+    """What checking a spec found: its hostnames, fabric and phases, and every problem."""
+
+    hostnames: list[tuple[int, str]]  # (group index, hostname) for every node in spec order
+    gpu_order: list[str]
+    nvlink_nodes: int
+    fabric: FabricPlan | None
+    phase_of: dict[str, int]
+    phases: list[PhasePlan]
+    problems: list[Problem]
+
+
+def check(topo: Topology) -> list[Problem]:
+    """Every cross-field problem of ``topo`` (field-level ones are caught by the model)."""
+    return analyse(topo).problems
+
+
+def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, many rules
+    """Check ``topo`` across fields and plan its nodes, fabric and phases in one pass."""
+    problems: list[Problem] = []
+    add = problems.append
+    types = topo.node_types
+
+    # Node groups: types, names, roles, hostnames.
+    seen_groups: dict[str, int] = {}
+    hostnames: list[tuple[int, str]] = []
+    owner: dict[str, int] = {}
+    for gi, group in enumerate(topo.node_groups):
+        where = f"node_groups[{gi}]"
+        if group.name in seen_groups:
+            add(Problem(f"{where}.name", f"duplicate group name {group.name!r}"))
+        seen_groups.setdefault(group.name, gi)
+        kind = types.get(group.node_type)
+        if kind is None:
+            add(
+                Problem(
+                    f"{where}.node_type",
+                    f"unknown node type {group.node_type!r} (known: {', '.join(sorted(types))})",
+                )
+            )
+        elif group.role == "gpu" and not kind.gpus:
+            add(
+                Problem(
+                    f"{where}.node_type", f"gpu group uses {group.node_type!r}, which has no GPUs"
+                )
+            )
+        pattern = group.hostname
+        for index in range(group.first_index, group.first_index + group.count):
+            name = pattern.format(index=index)
+            if name in owner:
+                other = topo.node_groups[owner[name]].name
+                add(
+                    Problem(
+                        f"{where}.hostname", f"duplicate hostname {name} (also in group {other!r})"
+                    )
+                )
+                break
+            owner[name] = gi
+            hostnames.append((gi, name))
+        else:
+            last = pattern.format(index=group.first_index + group.count - 1)
+            if len(last) > 63 or not last.replace("-", "").isalnum() or last != last.lower():
+                add(Problem(f"{where}.hostname", f"pattern gives {last!r}, not a valid DNS label"))
+
+    roles = {g.role for g in topo.node_groups}
+    if "gpu" not in roles:
+        add(Problem("node_groups", "no group has role gpu"))
+    if "controller" not in roles:
+        add(Problem("node_groups", "no group has role controller (the Slurm controller)"))
+
+    gpu_groups = [
+        (gi, g) for gi, g in enumerate(topo.node_groups) if g.role == "gpu" and g.node_type in types
+    ]
+    gpu_order = [h for gi, h in hostnames if topo.node_groups[gi].role == "gpu"]
+    rails = topo.fabric.rails
+
+    # Rails: NICs per GPU node type, rates, subnets.
+    rates: set[int] = set()
+    nvlink: set[int] = set()
+    for name in sorted({g.node_type for _, g in gpu_groups}):
+        kind = types[name]
+        if len(kind.rails) != rails:
+            add(
+                Problem(
+                    f"node_types.{name}.rails",
+                    f"{len(kind.rails)} compute NICs, but fabric.rails is {rails}",
+                )
+            )
+        for ri, nic in enumerate(kind.rails):
+            if kind.rails[0].rate_gbps != nic.rate_gbps:
+                add(Problem(f"node_types.{name}.rails[{ri}].rate_gbps", "rails differ in rate"))
+        if kind.rails:
+            rates.add(kind.rails[0].rate_gbps)
+        for field_name in ("device", "netdev"):
+            values = [getattr(n, field_name) for n in kind.rails]
+            if len(set(values)) != len(values):
+                add(Problem(f"node_types.{name}.rails", f"duplicate {field_name} among the rails"))
+        nvlink.add(kind.nvlink_nodes)
+    if len(rates) > 1:
+        add(Problem("node_types", f"GPU node types use different rail rates {sorted(rates)}"))
+    if len(nvlink) > 1:
+        add(Problem("node_types", "GPU node types differ in NVLink domain span (nodes per domain)"))
+    nvlink_nodes = max(nvlink, default=1)
+
+    total = len(hostnames)
+    if len(topo.addressing.rails) != rails:
+        add(
+            Problem(
+                "addressing.rails",
+                f"{len(topo.addressing.rails)} rail subnets, but fabric.rails is {rails}",
+            )
+        )
+    subnets: list[tuple[str, Subnet]] = [
+        ("addressing.management", topo.addressing.management),
+        ("addressing.bmc", topo.addressing.bmc),
+        *((f"addressing.rails[{i}]", s) for i, s in enumerate(topo.addressing.rails)),
+    ]
+    for path, subnet in subnets:
+        for rel, message in check_subnet(subnet, total):
+            add(Problem(f"{path}.{rel}", message))
+    for (path_a, a), (path_b, b) in combinations(subnets, 2):
+        if a.subnet.overlaps(b.subnet):
+            add(Problem(f"{path_b}.subnet", f"{b.subnet} overlaps {path_a}.subnet ({a.subnet})"))
+
+    # Racks: count and power.
+    layout = topo.layout
+    gpu_racks = math.ceil(len(gpu_order) / layout.nodes_per_rack)
+    if layout.racks is not None and gpu_racks > layout.racks:
+        add(
+            Problem(
+                "layout.racks",
+                f"{len(gpu_order)} GPU nodes at {layout.nodes_per_rack} per rack need "
+                f"{gpu_racks} racks, only {layout.racks} available",
+            )
+        )
+    _check_power(topo, gpu_groups, add)
+    if nvlink_nodes > 1:
+        if layout.nodes_per_rack % nvlink_nodes:
+            add(
+                Problem(
+                    "layout.nodes_per_rack",
+                    f"{layout.nodes_per_rack} is not a multiple of the {nvlink_nodes} nodes of "
+                    "one NVLink domain; a domain cannot span racks",
+                )
+            )
+        for gi, group in gpu_groups:
+            if group.count % nvlink_nodes:
+                add(
+                    Problem(
+                        f"node_groups[{gi}].count",
+                        f"{group.count} nodes leave a partial NVLink domain of "
+                        f"{nvlink_nodes} nodes",
+                    )
+                )
+
+    # Fabric.
+    fabric: FabricPlan | None = None
+    if gpu_order:
+        try:
+            fabric = plan_fabric(
+                gpu_nodes=len(gpu_order),
+                nodes_per_su=layout.nodes_per_su,
+                rails=rails,
+                radix=topo.fabric.radix,
+                oversubscription=topo.fabric.oversubscription,
+                rail_optimized=topo.fabric.rail_optimized,
+            )
+        except FabricImpossible as exc:
+            add(Problem(exc.field, str(exc)))
+
+    phase_of, phases = _plan_phases(topo, gpu_order, add)
+    return Analysis(hostnames, gpu_order, nvlink_nodes, fabric, phase_of, phases, problems)
+
+
+def _check_power(
+    topo: Topology, gpu_groups: list[tuple[int, NodeGroup]], add: Callable[[Problem], None]
+) -> None:
+    layout = topo.layout
+    power: list[float] = []
+    kinds: list[NodeType] = []
+    for _, group in gpu_groups:
+        kind = topo.node_types[group.node_type]
+        kinds.extend([kind] * group.count)
+    for start in range(0, len(kinds), layout.nodes_per_rack):
+        rack = kinds[start : start + layout.nodes_per_rack]
+        power.append(sum(k.power_kw for k in rack))
+    if power and max(power) > layout.rack_power_kw + 1e-9:
+        worst = power.index(max(power))
+        add(
+            Problem(
+                "layout.rack_power_kw",
+                f"rack {worst + 1} holds {min(layout.nodes_per_rack, len(kinds))} GPU nodes "
+                f"drawing {max(power):g} kW, more than the {layout.rack_power_kw:g} kW budget",
+            )
+        )
+
+
+def _plan_phases(  # noqa: PLR0912 - one branch per selector and rule
+    topo: Topology, gpu_order: list[str], add: Callable[[Problem], None]
+) -> tuple[dict[str, int], list[PhasePlan]]:
+    report = add
+    nodes_per_su = topo.layout.nodes_per_su
+    position = {h: i for i, h in enumerate(gpu_order)}
+    phase_of: dict[str, int] = {}
+    plans: list[PhasePlan] = []
+    names: set[str] = set()
+    for pi, phase in enumerate(topo.rollout.phases):
+        where = f"rollout.phases[{pi}]"
+        number = pi + 1
+        if phase.name in names:
+            report(Problem(f"{where}.name", f"duplicate phase name {phase.name!r}"))
+        names.add(phase.name)
+        chosen: list[str] = []
+        if phase.count is not None:
+            free = [h for h in gpu_order if h not in phase_of]
+            if len(free) < phase.count:
+                report(
+                    Problem(
+                        f"{where}.count", f"{phase.count} nodes asked, {len(free)} GPU nodes left"
+                    )
+                )
+            chosen = free[: phase.count]
+        elif phase.sus is not None:
+            sus = math.ceil(len(gpu_order) / nodes_per_su)
+            for su in phase.sus:
+                if not 1 <= su <= sus:
+                    report(Problem(f"{where}.sus", f"SU {su} does not exist (1..{sus})"))
+            wanted = set(phase.sus)
+            chosen = [
+                h
+                for i, h in enumerate(gpu_order)
+                if i // nodes_per_su + 1 in wanted and h not in phase_of
+            ]
+        elif phase.hosts is not None:
+            try:
+                names_given = hostlist.expand_hostlist(phase.hosts)
+            except hostlist.BadHostlist as exc:
+                report(Problem(f"{where}.hosts", f"bad hostlist {phase.hosts!r}: {exc}"))
+                names_given = []
+            unknown = [h for h in names_given if h not in position]
+            if unknown:
+                report(
+                    Problem(f"{where}.hosts", f"not GPU nodes of this spec: {compress(unknown)}")
+                )
+            chosen = sorted((h for h in names_given if h in position), key=position.__getitem__)
+        else:
+            chosen = [h for h in gpu_order if h not in phase_of]
+        taken = [h for h in chosen if h in phase_of]
+        if taken:
+            earlier = topo.rollout.phases[phase_of[taken[0]] - 1].name
+            report(Problem(where, f"overlaps phase {earlier!r} on {compress(taken)}"))
+        fresh = [h for h in chosen if h not in phase_of]
+        if not fresh and not taken:
+            report(Problem(where, "selects no GPU nodes"))
+        for h in fresh:
+            phase_of[h] = number
+        plans.append(PhasePlan(number, phase.name, tuple(fresh), phase.min_pass_fraction))
+    left = [h for h in gpu_order if h not in phase_of]
+    if left:
+        report(
+            Problem(
+                "rollout.phases",
+                f"{len(left)} GPU nodes are in no phase: {compress(left)} "
+                "(add a phase with rest: true)",
+            )
+        )
+    return phase_of, plans
