@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,20 +12,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "topologies"
-#: Real tool outputs: $GPUFORGE_REAL_FIXTURES, else ../shared/fixtures/real beside the repository,
-#: else the shared copy of this workplace (so that a clone elsewhere, e.g. CI's, finds them).
-REAL_FIXTURES = next(
-    (
-        p
-        for p in (
-            Path(os.environ.get("GPUFORGE_REAL_FIXTURES", "/nonexistent")),
-            REPO.parent / "shared" / "fixtures" / "real",
-            Path("/work/shared/fixtures/real"),
-        )
-        if p.is_dir()
-    ),
-    REPO.parent / "shared" / "fixtures" / "real",
-)
+#: Real tool outputs, vendored with their sources (tests/fixtures/real/SOURCES.md).
+REAL_FIXTURES = REPO / "tests" / "fixtures" / "real"
 LAB = EXAMPLES / "lab.yaml"
 
 
@@ -46,3 +33,11 @@ def write_spec(tmp_path: Path) -> Callable[[dict[str, Any]], Path]:
         return path
 
     return write
+
+
+def real_fixture(relative: str) -> str:
+    """The text of one real tool output; a missing file fails the test, it never skips it."""
+    path = REAL_FIXTURES / relative
+    if not path.is_file():
+        pytest.fail(f"real fixture {path} is missing (vendored in tests/fixtures/real/)")
+    return path.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.conftest import REAL_FIXTURES as REAL
+from tests.unit.conftest import real_fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM_DIR = ROOT / "lab" / "sim"
@@ -88,8 +88,4 @@ def sim(state_dir: Path, tmp_path: Path) -> Runner:
     return _run
 
 
-def real(relpath: str) -> str:
-    path = REAL / relpath
-    if not path.is_file():
-        pytest.skip(f"real sample {path} is not available")
-    return path.read_text(encoding="utf-8", errors="replace")
+real = real_fixture

@@ -1,21 +1,16 @@
-"""Fake command runners fed with real tool output from shared/fixtures/real."""
+"""Fake command runners fed with real tool output from tests/fixtures/real."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
-from tests.unit.conftest import REAL_FIXTURES as REAL
+from tests.unit.conftest import real_fixture
 
 from gpuforge.validate.execution import CommandResult
 
-
-def real(rel: str) -> str:
-    path = REAL / rel
-    if not path.exists():
-        pytest.skip(f"real fixture {rel} not available")
-    return path.read_text(encoding="utf-8")
-
+#: Kept under the name the validate tests import.
+real = real_fixture
 
 Reply = CommandResult | Callable[[str, str], CommandResult]
 

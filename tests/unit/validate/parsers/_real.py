@@ -1,9 +1,11 @@
-"""The real tool outputs in ../shared/fixtures/real, and which parser kind reads each one."""
+"""The real tool outputs in tests/fixtures/real, and which parser kind reads each one."""
 
 from __future__ import annotations
 
-import pytest
 from tests.unit.conftest import REAL_FIXTURES as REAL
+from tests.unit.conftest import real_fixture
+
+__all__ = ["KIND_OF", "REAL", "of_kind", "real_text"]
 
 # Every file of the fixture tree, and the KIND that reads it; None (with why) for outputs of
 # tools gpuforge has no parser for.
@@ -73,11 +75,7 @@ KIND_OF: dict[str, str | None] = {
 }
 
 
-def real_text(relative: str) -> str:
-    """The text of one fixture; skips the test when the shared fixture tree is absent."""
-    if not REAL.is_dir():
-        pytest.skip(f"real tool outputs not found at {REAL} (the shared/ checkout is absent)")
-    return (REAL / relative).read_text(encoding="utf-8")
+real_text = real_fixture
 
 
 def of_kind(kind: str) -> list[str]:
