@@ -9,6 +9,7 @@ their power), so each problem names its own field path. :func:`analyse` runs onc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
@@ -20,6 +21,32 @@ from gpuforge.topology.cluster import PhasePlan, compress
 from gpuforge.topology.errors import Problem
 from gpuforge.topology.fabric import FabricImpossible, FabricPlan, plan_fabric
 from gpuforge.topology.model import NodeGroup, NodeType, Subnet, Topology
+
+MAX_NODES = 200_000
+"""Nodes of one spec; planning is linear in them, this bounds time and memory."""
+
+
+def hostlist_size(expr: str) -> int:
+    """How many names the Slurm hostlist ``expr`` expands to, without expanding it."""
+    total, depth, item = 0, 0, ""
+    for char in f"{expr},":
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            size = 1 if item else 0
+            for group in re.findall(r"\[([^\]]*)\]", item):
+                count = 0
+                for part in group.split(","):
+                    low, _, high = part.partition("-")
+                    if low.isdigit() and high.isdigit():
+                        count += max(0, int(high) - int(low)) + 1
+                    else:
+                        count += 1
+                size *= count
+            total += size
+            item = ""
+        else:
+            item += char
+    return total
 
 
 @dataclass(slots=True)
@@ -45,6 +72,10 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
     problems: list[Problem] = []
     add = problems.append
     types = topo.node_types
+    total_nodes = sum(g.count for g in topo.node_groups)
+    if total_nodes > MAX_NODES:
+        add(Problem("node_groups", f"{total_nodes} nodes, more than gpuforge plans ({MAX_NODES})"))
+        return Analysis([], [], 1, None, {}, [], problems)
 
     # Node groups: types, names, roles, hostnames.
     seen_groups: dict[str, int] = {}
@@ -258,10 +289,12 @@ def _plan_phases(  # noqa: PLR0912 - one branch per selector and rule
             ]
         elif phase.hosts is not None:
             try:
+                if hostlist_size(phase.hosts) > MAX_NODES:
+                    raise hostlist.BadHostlist(f"names more than {MAX_NODES} hosts")
                 names_given = hostlist.expand_hostlist(phase.hosts)
             except hostlist.BadHostlist as exc:
                 report(Problem(f"{where}.hosts", f"bad hostlist {phase.hosts!r}: {exc}"))
-                names_given = []
+                continue
             unknown = [h for h in names_given if h not in position]
             if unknown:
                 report(

@@ -7,6 +7,15 @@ from pathlib import Path
 
 from gpuforge.errors import InputError
 
+MAX_MESSAGE = 300
+"""Characters of one problem's message: a value quoted in a message may be huge."""
+MAX_PROBLEMS = 50
+"""Problems listed in one error; the rest are counted."""
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -20,8 +29,8 @@ class Problem:
         where = str(file) if file is not None else "<spec>"
         if self.line is not None:
             where = f"{where}:{self.line}"
-        field = self.path or "(top level)"
-        return f"{where}: {field}: {self.message}"
+        field = _clip(self.path or "(top level)", 200)
+        return f"{where}: {field}: {_clip(self.message, MAX_MESSAGE)}"
 
 
 class SpecError(InputError):
@@ -33,11 +42,13 @@ class SpecError(InputError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        lines = [p.render(self.file) for p in self.problems]
-        if len(lines) == 1:
+        lines = [p.render(self.file) for p in self.problems[:MAX_PROBLEMS]]
+        if len(self.problems) == 1:
             return lines[0]
-        head = f"{len(lines)} problems in {self.file if self.file is not None else 'the spec'}:"
-        return "\n".join([head, *(f"  {line}" for line in lines)])
+        count = len(self.problems)
+        head = f"{count} problems in {self.file if self.file is not None else 'the spec'}:"
+        more = [f"  ... and {count - MAX_PROBLEMS} more"] if count > MAX_PROBLEMS else []
+        return "\n".join([head, *(f"  {line}" for line in lines), *more])
 
     def with_file(self, file: Path | str, lines: dict[str, int] | None = None) -> SpecError:
         """Return a copy that names ``file`` and fills in lines from ``lines`` (path -> line)."""

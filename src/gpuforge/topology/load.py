@@ -1,4 +1,9 @@
-"""Loading a spec: YAML with line numbers, then the model, then the cross-field checks."""
+"""Loading a spec: YAML with line numbers, then the model, then the cross-field checks.
+
+Every input is bounded before it can cost time or memory: the file's size, YAML nesting depth
+and alias expansion (a "billion laughs" document is refused while it is composed, before any
+Python object is built). A spec that breaks a bound is a :class:`SpecError` like any other.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,73 @@ from gpuforge.topology.errors import Problem, SpecError
 from gpuforge.topology.expand import build
 from gpuforge.topology.model import Topology
 
+MAX_SPEC_BYTES = 1 << 20
+"""A 12,500-node spec is a few KiB: it describes groups, never single nodes."""
+MAX_DEPTH = 64
+"""YAML nesting depth; a spec is at most about six levels deep."""
+MAX_NODES = 100_000
+"""YAML nodes after alias expansion; the largest example spec has a few hundred."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses deep nesting, recursive aliases and alias bombs."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._open: set[str] = set()  # anchors whose node is still being composed
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+        self._total = 0
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
+        # PyYAML's scanner is quadratic in flow depth: refuse before it reads ahead.
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open:
+                raise yaml.composer.ComposerError(
+                    None, None, f"recursive alias *{event.anchor}", mark
+                )
+            node = super().compose_node(parent, index)
+            self._count(self._sizes.get(id(node), 1), mark)
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark
+            )
+        anchor = getattr(event, "anchor", None)
+        if anchor:
+            self._open.add(anchor)
+        node = super().compose_node(parent, index)
+        if anchor:
+            self._open.discard(anchor)
+        self._depth -= 1
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._sizes.get(id(child), 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(
+                self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1) for k, v in node.value
+            )
+        self._sizes[id(node)] = size
+        self._count(1, event.start_mark)
+        return node
+
+    def _count(self, nodes: int, mark: Any) -> None:
+        self._total += nodes
+        if self._total > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"expands to more than {MAX_NODES} YAML nodes (aliases?)", mark
+            )
+
 
 def load_spec(path: Path | str) -> Topology:
     """Read and validate the spec at ``path``; raise SpecError naming file, field and line."""
@@ -23,9 +95,18 @@ def load_spec(path: Path | str) -> Topology:
 def _load(path: Path | str) -> tuple[Topology, Analysis]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise SpecError([Problem("", f"cannot read spec: {exc.strerror or exc}")], path) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 20} MiB: not a spec")], path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        message = f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        raise SpecError([Problem("", message, line)], path) from None
     return _parse(text, path)
 
 
@@ -35,13 +116,18 @@ def parse_spec(text: str, path: Path | str = "<spec>") -> Topology:
 
 
 def _parse(text: str, path: Path | str) -> tuple[Topology, Analysis]:
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 20} MiB: not a spec")], path)
+    loader = None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = _BoundedLoader(text)
+        root = loader.get_single_node()
+        data: Any = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([Problem("", f"not valid YAML: {reason}", line)], path) from None
+        raise SpecError([_yaml_problem(exc, text)], path) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if root is None:
         raise SpecError([Problem("", "the spec is empty")], path)
     lines: dict[str, int] = {}
@@ -49,7 +135,6 @@ def _parse(text: str, path: Path | str) -> tuple[Topology, Analysis]:
     _index(root, "", lines, duplicates)
     if duplicates:
         raise SpecError(duplicates, path)
-    data: Any = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise SpecError([Problem("", "the spec must be a mapping of fields", 1)], path)
     try:
@@ -69,6 +154,18 @@ def load_cluster(path: Path | str) -> Cluster:
         return build(topo, analysis)
     except SpecError as exc:
         raise exc.with_file(path) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> Problem:
+    """One line for a YAML error: PyYAML's own messages span several lines."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1
+        reason = f"character {exc.character!r} is not allowed ({exc.reason})"
+    else:
+        reason = getattr(exc, "problem", None) or str(exc)
+    return Problem("", f"not valid YAML: {' '.join(str(reason).split())}", line)
 
 
 def _join(parent: str, key: str | int) -> str:

@@ -8,6 +8,7 @@ node, phases that must cover every GPU node, racks that must hold their power) l
 from __future__ import annotations
 
 import re
+import string
 from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Literal
 
@@ -102,7 +103,14 @@ class NodeGroup(_Spec):
     def _pattern(cls, value: str) -> str:
         if "{index" not in value:
             raise ValueError("hostname pattern must contain {index}, e.g. gpu{index:05d}")
+        if len(value) > 63:
+            raise ValueError("hostname pattern is longer than a DNS label (63 characters)")
         try:
+            # A width in the format spec is checked before formatting: {index:0400000000d}
+            # would build a 400 MB string.
+            for _, _, spec, _ in string.Formatter().parse(value):
+                if spec and any(int(w) > 63 for w in re.findall(r"\d+", spec)):
+                    raise ValueError(f"width in {{index:{spec}}} is wider than a DNS label")
             sample = value.format(index=1)
         except (KeyError, ValueError, IndexError) as exc:
             raise ValueError(f"hostname pattern cannot be formatted: {exc}") from None
