@@ -20,9 +20,9 @@ from typing import Any
 import ansible_runner
 
 from gpuforge.errors import OperationError
+from gpuforge.resources import project_path, work_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS = REPO_ROOT / "playbooks"
+PLAYBOOKS = project_path("playbooks")
 
 Event = dict[str, Any]
 EventHandler = Callable[[Event], None]
@@ -103,10 +103,14 @@ def run_playbook(
     env = {
         **env,
         # An operator's (or the lab's) ansible.cfg carries the SSH settings; else the project's.
-        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(REPO_ROOT / "ansible.cfg")),
-        "ANSIBLE_ROLES_PATH": str(REPO_ROOT / "roles"),
+        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(project_path("ansible.cfg"))),
+        "ANSIBLE_ROLES_PATH": str(project_path("roles")),
         "ANSIBLE_FORKS": str(forks),
     }
+    if "ANSIBLE_CONFIG" not in os.environ:
+        # The project's ansible.cfg names build/facts relative to itself: inside an installed
+        # package that is no place to write.
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(work_dir() / "build" / "facts")
     private = Path(tempfile.mkdtemp(prefix="gpuforge-runner-"))
     artifacts = Path(artifact_dir).resolve() if artifact_dir else private / "artifacts"
     failed: dict[str, str] = {}

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_SPEC = REPO_ROOT / "examples" / "topologies" / "lab.yaml"
+from gpuforge.resources import project_path
+
+DEFAULT_SPEC = project_path("examples", "topologies", "lab.yaml")
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 

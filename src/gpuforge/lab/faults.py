@@ -9,26 +9,27 @@ the simulator needs to know about the cluster (:func:`cluster_info`) and the tra
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from gpuforge.errors import InputError
-from gpuforge.lab.paths import SIM_DIR
 
 #: The fault document of a healthy lab.
 NO_FAULTS: dict[str, Any] = {"version": 1, "faults": []}
 
 
 def sim_faults() -> ModuleType:
-    """The simulator's ``gpuforge_sim.faults`` module, imported from ``lab/sim``."""
-    if str(SIM_DIR) not in sys.path:
-        sys.path.append(str(SIM_DIR))
+    """The simulator's ``gpuforge_sim.faults`` module.
+
+    ``gpuforge_sim`` is installed beside ``gpuforge``: a wheel carries it as a package of its own,
+    and an editable install puts ``lab/sim`` on the path (pyproject.toml, hatch's
+    ``dev-mode-dirs``).
+    """
     try:
         return importlib.import_module("gpuforge_sim.faults")
     except ImportError as exc:
-        raise InputError(f"the hardware simulator is missing from {SIM_DIR}: {exc}") from exc
+        raise InputError(f"the hardware simulator (gpuforge_sim) is not installed: {exc}") from exc
 
 
 def load_fault_file(path: Any) -> dict[str, Any]:

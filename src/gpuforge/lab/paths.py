@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from gpuforge.resources import project_path, work_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-LAB_DIR = REPO_ROOT / "lab"
+LAB_DIR = project_path("lab")
 CONTAINERS_CONF = LAB_DIR / "containers.conf"
 IMAGE_RECIPE_DIR = LAB_DIR / "image"
 PACKAGES_DIR = LAB_DIR / "packages"
 SIM_DIR = LAB_DIR / "sim"
-BUILD_DIR = REPO_ROOT / "build"
+BUILD_DIR = work_dir() / "build"
 CACHE_DIR = BUILD_DIR / "cache"
 MIRROR_DIR = BUILD_DIR / "lab-mirror"
 GPG_DIR = BUILD_DIR / "lab-gpg"
-STATE_ROOT = REPO_ROOT / ".lab"
+STATE_ROOT = work_dir() / ".lab"

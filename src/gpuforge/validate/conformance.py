@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuforge.errors import InputError
+from gpuforge.resources import project_path
 from gpuforge.validate.execution import TIMEOUT_RC, CommandResult, remote_line, run_argv
 from gpuforge.validate.result import CheckResult
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-VALIDATORS = REPO_ROOT / "validators"
+VALIDATORS = project_path("validators")
 RESULTS_SCHEMA = 1
 
 
