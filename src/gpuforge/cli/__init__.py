@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gpuforge import __version__
-from gpuforge.cli import deploy, inventory, lab, parse, plan, slurm, topology, validate
+from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topology, validate
 from gpuforge.errors import GpuforgeError
 
 
@@ -53,3 +53,4 @@ main.add_command(parse.parse)
 main.add_command(validate.validate)
 main.add_command(deploy.deploy)
 main.add_command(deploy.status)
+main.add_command(paths.paths)
