@@ -13,11 +13,12 @@ from rich.table import Table
 from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
 from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
+from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import NodeState, StateStore, open_store
-from gpuforge.rollout.steps import AnsibleSteps, controller_runner
+from gpuforge.rollout.steps import AnsibleSteps, controller_client
 from gpuforge.rollout.ui import DeployProgress
 from gpuforge.rollout.validation import validate_with_validators
-from gpuforge.slurm import expand_nodes
+from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import Cluster
 
@@ -87,9 +88,10 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
             validate_fn=lambda hosts, lvl, _peers: validate_with_validators(
                 inventory, hosts, lvl, run_dir / "validation", reservation
             ),
-            slurm_runner=controller_runner(inventory, controllers[0]),
+            slurm=controller_client(inventory, controllers[0]),
             reservation=reservation,
             on_event=progress.event,
+            play_record=play_record(lock),
         )
         request = DeployRequest(
             phase=phase_number,

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuforge import slurm
 from gpuforge.errors import OperationError
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
+from gpuforge.slurm import control
+from gpuforge.slurm.control import SlurmClient
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
 
@@ -35,9 +36,9 @@ def host_vars(inventory: Path, host: str, *, timeout: float = 60) -> dict[str, A
     return data
 
 
-def controller_runner(inventory: Path, controller: str) -> slurm.SshRunner:
+def controller_client(inventory: Path, controller: str) -> SlurmClient:
     """Run Slurm commands on ``controller`` over SSH with the inventory's connection settings."""
-    return slurm.ssh_runner_from_hostvars(controller, host_vars(inventory, controller))
+    return SlurmClient.over_ssh(controller, host_vars(inventory, controller))
 
 
 @dataclass
@@ -47,10 +48,12 @@ class AnsibleSteps:
     inventory: Path
     artifacts: Path  # ansible-runner event logs, one folder per play
     validate_fn: ValidateFn
-    slurm_runner: slurm.Runner
+    slurm: SlurmClient
     #: Maintenance reservation the batch is validated in (closed to users, open to acceptance jobs).
     reservation: str = "gpuforge_validation"
     on_event: EventHandler | None = None
+    #: Where the running play's process group is recorded (beside the cluster lock).
+    play_record: Path | None = None
     runs: dict[str, RunResult] = field(default_factory=dict)
 
     def _play(self, name: str, playbook: str, hosts: list[str]) -> RunResult:
@@ -60,6 +63,7 @@ class AnsibleSteps:
             limit=",".join(hosts),
             artifact_dir=self.artifacts / name,
             on_event=self.on_event,
+            play_record=self.play_record,
         )
         self.runs[name] = result
         return result
@@ -86,15 +90,18 @@ class AnsibleSteps:
     def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
         # New nodes join drained, and srun starts nothing on a drained node: resume the batch
         # inside a root-only maintenance reservation for the acceptance jobs.
-        slurm.reserve(self.slurm_runner, self.reservation, hosts)
+        control.reserve(self.slurm, self.reservation, hosts)
+        control.resume(
+            self.slurm, hosts, f"gpuforge: validating inside reservation {self.reservation}"
+        )
         return self.validate_fn(hosts, level, admitted)
 
     def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
         if admitted:
-            slurm.resume(self.slurm_runner, admitted, "gpuforge: validation passed")
+            control.resume(self.slurm, admitted, "gpuforge: validation passed")
         by_reason: dict[str, list[str]] = {}
         for host, reason in quarantined.items():
             by_reason.setdefault(f"gpuforge: {reason}"[:250], []).append(host)
         for reason, hosts in sorted(by_reason.items()):
-            slurm.drain(self.slurm_runner, hosts, reason)
-        slurm.release(self.slurm_runner, self.reservation)  # admitted nodes open to users
+            control.drain(self.slurm, hosts, reason)
+        control.release(self.slurm, self.reservation)  # admitted nodes open to users
