@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from gpuforge.command import CommandResult
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.conformance import RESULTS_SCHEMA, ProbeFailed, tool_output
-from gpuforge.validate.execution import CommandResult
 from gpuforge.validate.result import CheckResult, Status, Tier
 
 _STATUS = "gpuforge_status"

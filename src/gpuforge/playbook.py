@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +19,6 @@ from typing import Any
 
 import ansible_runner
 
-from gpuforge import playguard
 from gpuforge.errors import OperationError
 from gpuforge.resources import project_path, work_dir
 
@@ -91,14 +88,11 @@ def run_playbook(
     on_event: EventHandler | None = None,
     timeout_s: int = 3600,
     forks: int = 16,
-    play_record: Path | None = None,
 ) -> RunResult:
     """Run ``playbook`` against ``inventory`` and return what happened to each host.
 
     The full event log stays under ``artifact_dir`` (ansible-runner's artifacts). ``timeout_s``
-    bounds the whole run; ansible-runner stops the play when it is exceeded. The play runs
-    under :mod:`gpuforge.playguard`: it dies with this process, and its process group is written
-    to ``play_record`` while it runs (the cluster lock reads it to stop a play a killed run left).
+    bounds the whole run; ansible-runner stops the play when it is exceeded.
     """
     playbook_path = Path(playbook)
     if not playbook_path.is_absolute():
@@ -155,16 +149,8 @@ def run_playbook(
             timeout=timeout_s,
             rotate_artifacts=0,
         )
-    except BaseException:
-        # Ctrl-C or an error in a handler: ansible-runner leaves its play running.
-        if play_record is not None:
-            playguard.stop_recorded_play(play_record)
-        raise
     finally:
         shutil.rmtree(private / "env", ignore_errors=True)
-        shutil.rmtree(private / "bin", ignore_errors=True)
-    if play_record is not None:
-        play_record.unlink(missing_ok=True)
     stats = run.stats or {}
     hosts: dict[str, HostStats] = {}
     for key, attr in (
@@ -194,29 +180,6 @@ def run_playbook(
         strategy=strategy,
         facts=facts,
     )
-
-
-def _guard_env(private: Path, play_record: Path | None) -> dict[str, str]:
-    """Environment that starts ``ansible-playbook`` through :mod:`gpuforge.playguard`.
-
-    ansible-runner looks the command up on the PATH it passes: a shim first on that PATH runs
-    the real one under the guard.
-    """
-    real = shutil.which("ansible-playbook") or "ansible-playbook"
-    shim_dir = private / "bin"
-    shim_dir.mkdir()
-    shim = shim_dir / "ansible-playbook"
-    guard = [sys.executable, "-m", "gpuforge.playguard", real]
-    shim.write_text(f'#!/bin/sh\nexec {shlex.join(guard)} "$@"\n')
-    shim.chmod(0o755)
-    env = {
-        "PATH": os.pathsep.join([str(shim_dir), os.environ.get("PATH", "")]),
-        playguard.PARENT_ENV: str(os.getpid()),
-    }
-    if play_record is not None:
-        play_record.parent.mkdir(parents=True, exist_ok=True)
-        env[playguard.RECORD_ENV] = str(play_record)
-    return env
 
 
 def _tail(artifacts: Path, lines: int = 5) -> str:

@@ -1,9 +1,8 @@
 """How gpuforge reaches a node over OpenSSH: the inventory's connection settings, one command line.
 
-Both the validators' runner (:class:`gpuforge.validate.execution.SshRunner`) and the Slurm
-runner (:class:`gpuforge.slurm.SshRunner`) build their ``ssh`` calls here, so a host reached by
-Ansible is reached by gpuforge the same way: batch mode (never a password prompt), a connect
-timeout, keep-alives that notice a dead peer.
+:class:`gpuforge.command.SshRunner` (used by the validators and by Slurm control) builds its
+``ssh`` calls here, so a host reached by Ansible is reached by gpuforge the same way: batch mode
+(never a password prompt), a connect timeout, keep-alives that notice a dead peer.
 """
 
 from __future__ import annotations

@@ -30,9 +30,11 @@ from typing import Any
 
 import pytest
 
-from gpuforge import slurm
+from gpuforge.command import CommandResult, run_argv
 from gpuforge.lab import cluster
 from gpuforge.lab.paths import CONTAINERS_CONF
+from gpuforge.slurm import control
+from gpuforge.slurm.control import SlurmClient
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -98,22 +100,21 @@ def status(env: dict[str, str]) -> dict[str, Any]:
     return data
 
 
-class ControllerRunner:
-    """Runs Slurm commands on the lab's controller over the lab's SSH."""
+class LabSsh:
+    """A command runner that reaches lab nodes through the lab's ssh_config."""
 
-    def run(self, argv: Any, *, timeout: float = 60.0) -> slurm.CommandResult:
-        cmd = cluster.ssh_command(LAB, "rctl01", list(argv))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        return slurm.CommandResult(proc.returncode, proc.stdout, proc.stderr)
+    def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
+        return run_argv(
+            host, command, [*cluster.ssh_command(LAB, host), "--", command], timeout=timeout
+        )
 
 
-def sinfo_nodes() -> dict[str, slurm.SinfoRow]:
-    out = (
-        ControllerRunner()
-        .run(["sinfo", "--noheader", "--Node", f"--format={slurm.SINFO_FORMAT}"])
-        .stdout
-    )
-    return {row.node: row for row in slurm.parse_sinfo(out)}
+CONTROLLER = SlurmClient(LabSsh(), "rctl01")
+
+
+def sinfo_nodes() -> dict[str, control.SinfoRow]:
+    out = CONTROLLER.run(["sinfo", "--noheader", "--Node", f"--format={control.SINFO_FORMAT}"])
+    return {row.node: row for row in control.parse_sinfo(out.stdout)}
 
 
 def test_phase_2_is_refused_before_phase_1_passes(
@@ -214,5 +215,5 @@ def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
     }
     for node in ("rgpu01", "rgpu03"):
         assert nodes[node].reason.startswith("gpuforge")
-    left = ControllerRunner().run(["scontrol", "show", "reservation"])
+    left = CONTROLLER.run(["scontrol", "show", "reservation"])
     assert "ReservationName=" not in left.stdout, left.stdout

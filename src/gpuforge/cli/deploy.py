@@ -13,7 +13,6 @@ from rich.table import Table
 from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
 from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
-from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import NodeState, StateStore, open_store
 from gpuforge.rollout.steps import AnsibleSteps, controller_client
 from gpuforge.rollout.ui import DeployProgress
@@ -91,7 +90,6 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
             slurm=controller_client(inventory, controllers[0]),
             reservation=reservation,
             on_event=progress.event,
-            play_record=play_record(lock),
         )
         request = DeployRequest(
             phase=phase_number,

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from gpuforge import slurm
 from gpuforge.cli.common import echo_json, json_option
+from gpuforge.command import run_argv
 from gpuforge.errors import InputError, OperationError
-from gpuforge.slurm import NodeChange, Runner
-from gpuforge.ssh import SshTarget
+from gpuforge.slurm import control
+from gpuforge.slurm.control import NodeAction, SlurmClient
 
 _INVENTORY_TIMEOUT = 120.0
 
@@ -25,23 +25,25 @@ def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
     binary = shutil.which("ansible-inventory")
     if binary is None:
         raise OperationError("ansible-inventory is not installed (make setup)")
-    runner = slurm.LocalRunner()
-    result = runner.run([binary, "-i", str(inventory), "--host", host], timeout=_INVENTORY_TIMEOUT)
+    argv = [binary, "-i", str(inventory), "--host", host]
+    result = run_argv("localhost", " ".join(argv), argv, timeout=_INVENTORY_TIMEOUT)
+    if result.timed_out:
+        raise OperationError(f"ansible-inventory timed out after {_INVENTORY_TIMEOUT:.0f}s")
     if result.rc != 0:
         raise InputError(f"host {host} is not in inventory {inventory}: {result.stderr.strip()}")
     data: dict[str, Any] = json.loads(result.stdout)
     return data
 
 
-def _runner(via: str | None, inventory: Path | None) -> Runner:
+def _client(via: str | None, inventory: Path | None) -> SlurmClient:
     if via is None:
-        return slurm.LocalRunner()
+        return SlurmClient.local()
     if inventory is None:
-        return slurm.SshRunner(SshTarget(via))
-    return slurm.ssh_runner_from_hostvars(via, _hostvars(inventory, via))
+        return SlurmClient.over_ssh(via)
+    return SlurmClient.over_ssh(via, _hostvars(inventory, via))
 
 
-def _echo_changes(changes: list[NodeChange], as_json: bool) -> None:
+def _echo_changes(changes: list[NodeAction], as_json: bool) -> None:
     if as_json:
         echo_json([c.to_dict() for c in changes])
         return
@@ -67,7 +69,7 @@ inventory_option = click.option(
 timeout_option = click.option(
     "--timeout",
     type=click.FloatRange(min=1),
-    default=slurm.DEFAULT_TIMEOUT,
+    default=control.DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds each Slurm command may take.",
 )
@@ -88,7 +90,7 @@ def state_cmd(
     *, nodes: str | None, via: str | None, inventory: Path | None, timeout: float, as_json: bool
 ) -> None:
     """Show the state of NODES (a hostlist expression), or of every node."""
-    states = slurm.node_states(_runner(via, inventory), nodes, timeout=timeout)
+    states = control.node_states(_client(via, inventory), nodes, timeout=timeout)
     if as_json:
         echo_json([s.to_dict() for s in states])
         return
@@ -118,7 +120,7 @@ def drain_cmd(
     as_json: bool,
 ) -> None:
     """Drain NODES so they take no new jobs; idempotent for the same reason."""
-    changes = slurm.drain(_runner(via, inventory), nodes, reason, timeout=timeout)
+    changes = control.drain(_client(via, inventory), nodes, reason, timeout=timeout)
     _echo_changes(changes, as_json)
 
 
@@ -144,5 +146,5 @@ def resume_cmd(
     as_json: bool,
 ) -> None:
     """Return drained or down NODES to service; nodes already in service stay as they are."""
-    changes = slurm.resume(_runner(via, inventory), nodes, reason, timeout=timeout)
+    changes = control.resume(_client(via, inventory), nodes, reason, timeout=timeout)
     _echo_changes(changes, as_json)

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge import slurm
+from gpuforge import admission
 from gpuforge.errors import InputError
 from gpuforge.validate import pipeline
 from gpuforge.validate.pipeline import wire
@@ -107,13 +107,13 @@ def validate(
         work_dir=report_dir,
     )
     window: AbstractContextManager[None] = nullcontext()
-    if multinode and wiring.slurm_runner is not None and hosts:
-        window = slurm.maintenance_window(wiring.slurm_runner, reservation, hosts)
+    if multinode and wiring.slurm is not None and hosts:
+        window = admission.maintenance_window(wiring.slurm, reservation, hosts)
     with window:
         summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
     actions: list[SlurmAction] = []
-    if drain and wiring.slurm_runner is not None:
-        actions = apply_verdicts(summary, wiring.slurm_runner)
+    if drain and wiring.slurm is not None:
+        actions = apply_verdicts(summary, wiring.slurm)
     paths = write_reports(summary, report_dir, actions=[a.to_dict() for a in actions])
     console = Console(stderr=False, soft_wrap=True)
     console.print(_table(summary, actions))

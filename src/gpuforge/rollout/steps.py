@@ -52,8 +52,6 @@ class AnsibleSteps:
     #: Maintenance reservation the batch is validated in (closed to users, open to acceptance jobs).
     reservation: str = "gpuforge_validation"
     on_event: EventHandler | None = None
-    #: Where the running play's process group is recorded (beside the cluster lock).
-    play_record: Path | None = None
     runs: dict[str, RunResult] = field(default_factory=dict)
 
     def _play(self, name: str, playbook: str, hosts: list[str]) -> RunResult:
@@ -63,7 +61,6 @@ class AnsibleSteps:
             limit=",".join(hosts),
             artifact_dir=self.artifacts / name,
             on_event=self.on_event,
-            play_record=self.play_record,
         )
         self.runs[name] = result
         return result

@@ -1,6 +1,6 @@
 """Burn-in: DCGM diagnostics, gpu-burn and ib_write_bw per rail, judged from the tools' output.
 
-Every function takes a :class:`~gpuforge.validate.execution.CommandRunner` and returns
+Every function takes a :class:`~gpuforge.command.CommandRunner` and returns
 :class:`~gpuforge.validate.result.CheckResult` values; a hang is a ``fail`` with evidence, an
 unreachable node or unreadable output is an ``error`` (the node is held, not drained).
 gpu-burn's exit status is never trusted: it exits 0 with FAULTY GPUs.
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuforge.validate.execution import CommandResult, CommandRunner
+from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
 from gpuforge.validate.result import CheckResult, Status, Tier
 from gpuforge.validate.thresholds import ib_write_bw_floor_gbps

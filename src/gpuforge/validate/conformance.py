@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpuforge.command import TIMEOUT_RC, CommandResult, remote_line, run_argv
 from gpuforge.errors import InputError
 from gpuforge.resources import project_path
-from gpuforge.validate.execution import TIMEOUT_RC, CommandResult, remote_line, run_argv
 from gpuforge.validate.result import CheckResult
 
 VALIDATORS = project_path("validators")

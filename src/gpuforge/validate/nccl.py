@@ -28,8 +28,8 @@ from typing import Any
 
 import hostlist
 
+from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.errors import OperationError
-from gpuforge.validate.execution import CommandResult, CommandRunner
 from gpuforge.validate.parsers.nccl_tests import NcclTestsResult
 from gpuforge.validate.parsers.nccl_tests import parse as parse_nccl
 from gpuforge.validate.result import CheckResult, Finding, Status, Tier

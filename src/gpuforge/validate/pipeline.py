@@ -19,12 +19,12 @@ from typing import Any
 
 import hostlist
 
-from gpuforge import slurm
+from gpuforge.command import CommandRunner, SshRunner
 from gpuforge.errors import InputError
+from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import burnin, nccl
 from gpuforge.validate.conformance import SuiteRun, run_suite
-from gpuforge.validate.execution import CommandRunner, SshRunner
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
@@ -390,7 +390,7 @@ class Wiring:
 
     view: ClusterView
     deps: Deps
-    slurm_runner: slurm.Runner | None
+    slurm: SlurmClient | None
 
 
 def _suite(inventory: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
@@ -403,8 +403,8 @@ def wire(inventory: Path, *, need_slurm: bool = False) -> Wiring:
     meta = view.inventory.get("_meta", {}).get("hostvars", {})
     runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
     deps = Deps(runner=runner, run_suite=_suite, collective=make_collective(runner))
-    slurm_runner = None
+    client = None
     if need_slurm:
         ctl = view.controller()
-        slurm_runner = slurm.ssh_runner_from_hostvars(ctl, view.hostvars(ctl))
-    return Wiring(view, deps, slurm_runner)
+        client = SlurmClient.over_ssh(ctl, view.hostvars(ctl))
+    return Wiring(view, deps, client)

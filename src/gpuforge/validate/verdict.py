@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuforge import slurm
 from gpuforge.errors import GpuforgeError
+from gpuforge.slurm import control
+from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier, Verdict
 from gpuforge.validate.thresholds import PEER_FAIL_Z, PEER_WARN_Z, peer_scores
 
@@ -69,7 +70,7 @@ def ours(reason: str) -> bool:
     return not reason.strip() or reason.strip().lower().startswith(REASON_PREFIX)
 
 
-def apply_verdicts(summary: BatchSummary, runner: slurm.Runner) -> list[SlurmAction]:
+def apply_verdicts(summary: BatchSummary, client: SlurmClient) -> list[SlurmAction]:
     """Drain quarantined nodes, resume admitted ones that we had drained, leave held ones alone.
 
     A node drained by someone else (a reason not starting with ``gpuforge``) is never resumed:
@@ -80,7 +81,7 @@ def apply_verdicts(summary: BatchSummary, runner: slurm.Runner) -> list[SlurmAct
     if not names:
         return actions
     try:
-        states = {s.name: s for s in slurm.node_states(runner, names)}
+        states = {s.name: s for s in control.node_states(client, names)}
     except GpuforgeError as exc:
         return [SlurmAction(n, "none", False, f"slurm unavailable: {exc}") for n in names]
     for nv in summary.nodes:
@@ -89,7 +90,7 @@ def apply_verdicts(summary: BatchSummary, runner: slurm.Runner) -> list[SlurmAct
             actions.append(SlurmAction(nv.node, "none", False, "unknown to Slurm"))
             continue
         if nv.verdict is Verdict.QUARANTINE:
-            changes = slurm.drain(runner, [nv.node], nv.drain_reason)
+            changes = control.drain(client, [nv.node], nv.drain_reason)
             actions.append(
                 SlurmAction(nv.node, "drain", any(c.changed for c in changes), nv.drain_reason)
             )
@@ -103,7 +104,7 @@ def apply_verdicts(summary: BatchSummary, runner: slurm.Runner) -> list[SlurmAct
                 )
             )
         elif state.resumable and ours(state.reason):
-            changes = slurm.resume(runner, [nv.node], f"{REASON_PREFIX}: validation passed")
+            changes = control.resume(client, [nv.node], f"{REASON_PREFIX}: validation passed")
             actions.append(
                 SlurmAction(nv.node, "resume", any(c.changed for c in changes), "passed")
             )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from tests.unit.conftest import real_fixture
 
-from gpuforge.validate.execution import CommandResult
+from gpuforge.command import CommandResult
 
 #: Kept under the name the validate tests import.
 real = real_fixture

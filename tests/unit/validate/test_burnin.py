@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import FakeRunner, real
 
+from gpuforge.command import CommandResult
 from gpuforge.validate import burnin
 from gpuforge.validate.burnin import PairResult, RailPair, ib_write_bw_pair, ib_write_bw_rail
-from gpuforge.validate.execution import CommandResult
 from gpuforge.validate.result import Status
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import FakeRunner, real
+from tests.unit.slurm.fake import FakeSlurm
 
 import gpuforge.cli.validate as cli_validate
-from gpuforge import slurm
 from gpuforge.cli import main
+from gpuforge.command import CommandResult
+from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import nccl, pipeline
 from gpuforge.validate.conformance import SuiteRun
-from gpuforge.validate.execution import CommandResult
 from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Status, Tier
 
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
@@ -63,46 +64,6 @@ def hostvars(_: Path) -> dict[str, Any]:
     meta = {n: {"gpu_node_type": H100_NT} for n in NODES}
     meta["ctl01"] = {}
     return {"_meta": {"hostvars": meta}, "slurm_controllers": {"hosts": ["ctl01"]}}
-
-
-class FakeSlurm:
-    """Keeps node states like scontrol would; answers the slurm module's commands."""
-
-    def __init__(self, drained: dict[str, str]) -> None:
-        self.state = {
-            n: ("IDLE+DRAIN", drained[n]) if n in drained else ("IDLE", "") for n in NODES
-        }
-        self.updates: list[list[str]] = []
-        self.reservations = {}
-
-    reservations: dict[str, str]
-
-    def run(self, argv: Sequence[str], *, timeout: float = 60) -> slurm.CommandResult:
-        assert timeout > 0
-        if len(argv) > 2 and argv[2].startswith("ReservationName="):
-            name = argv[2].split("=", 1)[1]
-            if argv[1] == "show":
-                return slurm.CommandResult(0 if name in self.reservations else 1, "", "")
-            if argv[1] == "delete":
-                del self.reservations[name]
-            else:
-                self.reservations[name] = argv[3].split("=", 1)[1]
-            return slurm.CommandResult(0, "", "")
-        if argv[:2] == ["scontrol", "update"]:
-            self.updates.append(list(argv))
-            names = slurm.expand_nodes(argv[2].split("=", 1)[1])
-            for n in names:
-                if "State=DRAIN" in argv:
-                    self.state[n] = ("IDLE+DRAIN", argv[4].split("=", 1)[1])
-                else:
-                    self.state[n] = ("IDLE", "")
-            return slurm.CommandResult(0, "", "")
-        names = slurm.expand_nodes(argv[-1]) if len(argv) > 4 else NODES
-        lines = [
-            f"NodeName={n} State={self.state[n][0]} Reason={self.state[n][1] or '(null)'}"
-            for n in names
-        ]
-        return slurm.CommandResult(0, "\n".join(lines) + "\n", "")
 
 
 NCCL_OK = real("nccl-tests/azh200doc-h200-8gpu-all_reduce_perf-8G-single-size.txt")
@@ -158,8 +119,9 @@ def wiring(
         collective=collective,
         now=lambda: "2026-11-30T00:00:00+00:00",
     )
-    sl = FakeSlurm(drained or {})
-    return pipeline.Wiring(view, deps, sl), sl
+    drained = drained or {}
+    sl = FakeSlurm({n: ("IDLE+DRAIN", drained[n]) if n in drained else ("IDLE", "") for n in NODES})
+    return pipeline.Wiring(view, deps, SlurmClient(sl, "ctl01")), sl
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, w: pipeline.Wiring, tmp: Path, *args: str):
@@ -190,9 +152,9 @@ def test_quick_failure_exit_1_and_drain(tmp_path: Path, monkeypatch, fake) -> No
     )
     res = invoke(monkeypatch, w, tmp_path, "--drain")
     assert res.exit_code == 1, res.output
-    assert sl.state["gpu02"] == ("IDLE+DRAIN", "gpuforge: failed gpu.count")
-    assert sl.state["gpu05"] == ("IDLE", "")  # ours: resumed
-    assert sl.state["gpu06"] == ("IDLE+DRAIN", "RMA 4711")  # someone else's: left alone
+    assert sl.nodes["gpu02"] == ("IDLE+DRAIN", "gpuforge: failed gpu.count")
+    assert sl.nodes["gpu05"] == ("IDLE", "")  # ours: resumed
+    assert sl.nodes["gpu06"] == ("IDLE+DRAIN", "RMA 4711")  # someone else's: left alone
     assert "quarantine" in res.output
 
 
@@ -200,8 +162,8 @@ def test_unreachable_node_is_held_not_drained(tmp_path: Path, monkeypatch, fake)
     w, sl = wiring(tmp_path, unreachable=["gpu04"], fake=fake)
     res = invoke(monkeypatch, w, tmp_path, "--drain", "--limit", "gpu[01-04]")
     assert res.exit_code == 2, res.output
-    assert sl.state["gpu04"] == ("IDLE", "")
-    assert not any("gpu04" in " ".join(u) for u in sl.updates)
+    assert sl.nodes["gpu04"] == ("IDLE", "")
+    assert not any("gpu04" in " ".join(u) for u in sl.updates())
     assert "held" in res.output
     data = json.loads((tmp_path / "out" / "validation.json").read_text())
     assert [n["node"] for n in data["nodes"] if n["verdict"] == "hold"] == ["gpu04"]
@@ -214,10 +176,10 @@ def test_full_level_finds_burn_and_nccl_culprits(tmp_path: Path, monkeypatch, fa
     # The NCCL jobs ran in a maintenance reservation over the batch (gpu05 resumed inside it);
     # afterwards, without --drain, gpu05 is drained again with its own reason and nothing else
     # changed state.
-    assert ["scontrol", "update", "NodeName=gpu[01-08]", "State=RESUME"] not in sl.updates
-    assert sl.updates[0] == ["scontrol", "update", "NodeName=gpu05", "State=RESUME"]
-    assert sl.state["gpu05"] == ("IDLE+DRAIN", "RMA 4711")
-    assert {n for n, (st, _) in sl.state.items() if "DRAIN" in st} == {"gpu05"}
+    assert ["scontrol", "update", "NodeName=gpu[01-08]", "State=RESUME"] not in sl.updates()
+    assert sl.updates()[0] == ["scontrol", "update", "NodeName=gpu05", "State=RESUME"]
+    assert sl.nodes["gpu05"] == ("IDLE+DRAIN", "RMA 4711")
+    assert {n for n, (st, _) in sl.nodes.items() if "DRAIN" in st} == {"gpu05"}
     assert sl.reservations == {}
     data = json.loads((tmp_path / "out" / "validation.json").read_text())
     verdicts = {n["node"]: (n["verdict"], n["reasons"]) for n in data["nodes"]}

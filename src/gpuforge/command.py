@@ -1,8 +1,10 @@
-"""Running commands on nodes with a hard timeout, and the evidence they leave.
+"""Running commands on hosts with a hard timeout, and the evidence they leave.
 
-Every external command of the validation goes through a :class:`CommandRunner`; the real one is
-:class:`SshRunner`. A hang is not an exception: it comes back as a :class:`CommandResult` with
-``timed_out`` set, which the checks turn into a result with evidence.
+Every command gpuforge runs on a node or a controller goes through a :class:`CommandRunner`:
+:class:`SshRunner` over OpenSSH, :class:`LocalRunner` on this machine. The validators and
+:class:`gpuforge.slurm.control.SlurmClient` share these. A hang is not an exception: it comes back
+as a :class:`CommandResult` with ``timed_out`` set, which the checks turn into a result with
+evidence (and Slurm control into an error, since it cannot go on without an answer).
 """
 
 from __future__ import annotations

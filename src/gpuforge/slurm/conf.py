@@ -1,4 +1,8 @@
-"""Slurm files derived from the cluster: nodes.conf (nodes, partitions) and topology.conf."""
+"""Slurm configuration derived from the cluster: nodes.conf (nodes, partitions) and topology.conf.
+
+The inventory (:mod:`gpuforge.inventory.render`) writes what these functions return under
+``generated/slurm/``; the slurm role installs it.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ from itertools import groupby
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from gpuforge.topology.expand import Cluster, Node, compress
+from gpuforge.topology.cluster import Cluster, Node, compress
 
-_ENV = Environment(  # noqa: S701 - renders Slurm and hosts files, not HTML
-    loader=PackageLoader("gpuforge.inventory", "templates"),
+_ENV = Environment(  # noqa: S701 - renders Slurm files, not HTML
+    loader=PackageLoader("gpuforge.slurm", "templates"),
     undefined=StrictUndefined,
     keep_trailing_newline=True,
     trim_blocks=True,
@@ -140,11 +144,4 @@ def topology_conf(cluster: Cluster) -> str:
         )
     return _ENV.get_template("topology-tree.conf.j2").render(
         cluster=cluster.name, switches=tree_switches(cluster), tiers=cluster.fabric.tiers
-    )
-
-
-def etc_hosts(cluster: Cluster) -> str:
-    """An /etc/hosts fragment: management and BMC names of every node."""
-    return _ENV.get_template("hosts.j2").render(
-        cluster=cluster.name, domain=cluster.domain, nodes=cluster.nodes
     )

@@ -1,8 +1,9 @@
-"""Slurm node state operations: read node state, drain and resume with a recorded reason.
+"""Slurm control: read node and reservation state, drain, resume, reserve and release.
 
-The rollout admits or holds nodes through these functions; ``gpuforge slurm`` exposes them on the
-command line.  Every function takes a :class:`Runner`, so the same code runs ``scontrol`` locally
-on a controller (:class:`LocalRunner`) or on a controller reached over SSH (:class:`SshRunner`).
+These are the raw operations. Automatic actions (deploy, ``validate --drain``, health) decide
+through :mod:`gpuforge.admission`, which calls these; ``gpuforge slurm`` exposes them to
+operators. Every function takes a :class:`SlurmClient`, so the same code runs ``scontrol``
+locally on a controller or on a controller reached over SSH.
 
 Parsing is pure: :func:`parse_scontrol_nodes` and :func:`parse_sinfo` turn the text Slurm prints
 into typed values.  We parse ``scontrol -o show node`` rather than ``--json`` because the text form
@@ -16,19 +17,20 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import hostlist
 
+from gpuforge.command import CommandResult, CommandRunner, LocalRunner, SshRunner
 from gpuforge.errors import InputError, OperationError
 from gpuforge.ssh import SshTarget
 
 #: Seconds any single Slurm command may take before we give up on it.
 DEFAULT_TIMEOUT = 60.0
+#: Exit status of a shell that could not find the command.
+COMMAND_NOT_FOUND_RC = 127
 
 #: Slurm appends ``[user@YYYY-MM-DDTHH:MM:SS]`` to a node's reason.
 _REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]\s]+)@(?P<time>[0-9T:\-]+)\]\s*$")
@@ -44,74 +46,46 @@ RESUMABLE = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING"
 
 
 @dataclass(frozen=True)
-class CommandResult:
-    """What a runner returns: exit status and decoded output."""
+class SlurmClient:
+    """Where Slurm's client commands (``scontrol``, ``sinfo``) run: a host and its runner.
 
-    rc: int
-    stdout: str
-    stderr: str
-
-
-class Runner(Protocol):
-    """Runs a Slurm command somewhere and returns its result; must enforce ``timeout``."""
-
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
-        """Run ``argv`` and return its exit status and output (never raise on rc != 0)."""
-        ...
-
-
-def _completed(cmd: Sequence[str], timeout: float) -> CommandResult:
-    try:
-        proc = subprocess.run(
-            list(cmd), capture_output=True, timeout=timeout, check=False, text=True
-        )
-    except FileNotFoundError as exc:
-        raise OperationError(f"{cmd[0]}: command not found") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise OperationError(f"timed out after {timeout:.0f}s: {shlex.join(cmd)}") from exc
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-@dataclass(frozen=True)
-class LocalRunner:
-    """Runs commands on this machine (a controller or a login node)."""
-
-    def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
-        """Run ``argv`` locally with a timeout."""
-        return _completed(argv, timeout)
-
-
-@dataclass(frozen=True)
-class SshRunner:
-    """Runs commands on ``target`` through the ``ssh`` binary, in batch mode.
-
-    :func:`ssh_runner_from_hostvars` builds one from the inventory's connection settings.
+    ``runner`` is any :class:`~gpuforge.command.CommandRunner`: :class:`~gpuforge.command.SshRunner`
+    for a controller reached over SSH, :class:`~gpuforge.command.LocalRunner` on the controller
+    itself, a fake in tests. Unlike the validators, Slurm operations cannot go on without an
+    answer, so a timeout, an unreachable host or a missing binary raises OperationError.
     """
 
-    target: SshTarget
-    connect_timeout: int = 10
+    runner: CommandRunner
+    host: str = "localhost"
 
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The full ``ssh`` command line that runs ``argv`` on the host."""
-        return self.target.command(shlex.join(argv), connect_timeout=self.connect_timeout)
+    @classmethod
+    def local(cls) -> SlurmClient:
+        """Run Slurm commands on this machine (a controller or a login node)."""
+        return cls(LocalRunner(), "localhost")
+
+    @classmethod
+    def over_ssh(cls, host: str, hostvars: Mapping[str, Any] | None = None) -> SlurmClient:
+        """Run Slurm commands on ``host`` over SSH, with its Ansible connection variables."""
+        target = SshTarget.from_hostvars(host, hostvars or {})
+        return cls(SshRunner({host: target}), host)
 
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> CommandResult:
-        """Run ``argv`` on the remote host with a timeout covering the connection too."""
-        result = _completed(self.command(argv), timeout + self.connect_timeout)
-        if result.rc == 255:
+        """Run ``argv``; return its result whatever the exit status (raise when nothing ran)."""
+        line = shlex.join(argv)
+        result = self.runner.run(self.host, line, timeout=timeout)
+        if result.timed_out:
+            raise OperationError(f"timed out after {timeout:.0f}s on {self.host}: {line}")
+        if result.unreachable:
             raise OperationError(
-                f"ssh to {self.target.address} failed: {result.stderr.strip()[-500:]}"
+                f"ssh to {self.host} failed: {result.stderr.strip()[-500:] or '(no output)'}"
             )
+        if result.rc == COMMAND_NOT_FOUND_RC or result.rc is None:
+            raise OperationError(f"{argv[0]}: command not found on {self.host}")
         return result
 
 
-def ssh_runner_from_hostvars(host: str, hostvars: Mapping[str, Any]) -> SshRunner:
-    """Build an :class:`SshRunner` from a host's Ansible connection variables."""
-    return SshRunner(SshTarget.from_hostvars(host, hostvars))
-
-
 @dataclass(frozen=True)
-class NodeState:
+class SlurmNode:
     """One node as ``scontrol show node`` reports it."""
 
     name: str
@@ -178,7 +152,7 @@ def _int(value: str | None) -> int:
         return 0
 
 
-def _node_from_fields(fields: Mapping[str, str]) -> NodeState:
+def _node_from_fields(fields: Mapping[str, str]) -> SlurmNode:
     state_parts = [part for part in fields.get("State", "UNKNOWN").split("+") if part]
     # ``IDLE*`` style markers appear in some versions; the flag carries the meaning.
     base = state_parts[0].rstrip("*~#!%$@^-") if state_parts else "UNKNOWN"
@@ -192,7 +166,7 @@ def _node_from_fields(fields: Mapping[str, str]) -> NodeState:
         reason = ""
     partitions = fields.get("Partitions", "")
     gres = fields.get("Gres", "")
-    return NodeState(
+    return SlurmNode(
         name=fields["NodeName"],
         state=base,
         flags=tuple(state_parts[1:]),
@@ -209,7 +183,7 @@ def _node_from_fields(fields: Mapping[str, str]) -> NodeState:
     )
 
 
-def parse_scontrol_nodes(text: str) -> list[NodeState]:
+def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
     """Parse ``scontrol [-o] show node`` output (one-line or multi-line form) into nodes.
 
     Records start at a line beginning with ``NodeName=``; the multi-line form continues on
@@ -269,15 +243,21 @@ def parse_sinfo(text: str) -> list[SinfoRow]:
 
 
 @dataclass(frozen=True)
-class NodeChange:
-    """The outcome of an operation for one node."""
+class NodeAction:
+    """What was done (or deliberately not done) to one node in Slurm, and why.
+
+    The one record of a Slurm action in gpuforge: :func:`drain` and :func:`resume` return it, and
+    so does every decision of :mod:`gpuforge.admission` (which adds actions such as ``hold`` and
+    ``refused``). Reports and the CLI print it.
+    """
 
     node: str
     action: str
     changed: bool
-    before: str
-    after: str
-    reason: str
+    reason: str = ""
+    detail: str = ""
+    before: str = ""
+    after: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -311,8 +291,11 @@ def _check(result: CommandResult, argv: Sequence[str]) -> str:
 
 
 def node_states(
-    runner: Runner, nodes: str | Iterable[str] | None = None, *, timeout: float = DEFAULT_TIMEOUT
-) -> list[NodeState]:
+    slurm: SlurmClient,
+    nodes: str | Iterable[str] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[SlurmNode]:
     """Return the state of ``nodes`` (a hostlist expression or names), or of every node.
 
     Raises InputError naming nodes that Slurm does not know.
@@ -322,7 +305,7 @@ def node_states(
     if nodes is not None:
         wanted = expand_nodes(nodes)
         argv.append(collect_nodes(wanted))
-    result = runner.run(argv, timeout=timeout)
+    result = slurm.run(argv, timeout=timeout)
     if result.rc != 0 and wanted and "not found" in (result.stderr + result.stdout):
         raise InputError(f"unknown node(s) in {collect_nodes(wanted)}: {result.stderr.strip()}")
     states = parse_scontrol_nodes(_check(result, argv))
@@ -341,14 +324,20 @@ def _require_reason(reason: str) -> str:
 
 
 def drain(
-    runner: Runner, nodes: str | Iterable[str], reason: str, *, timeout: float = DEFAULT_TIMEOUT
-) -> list[NodeChange]:
+    slurm: SlurmClient,
+    nodes: str | Iterable[str],
+    reason: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[NodeAction]:
     """Drain ``nodes`` with ``reason``; nodes already drained with that reason stay untouched.
 
     A drained node whose reason differs gets the new reason (Slurm keeps one reason per node).
+    This is the raw operation: automatic drains go through :mod:`gpuforge.admission`, which
+    decides whether a node may be drained at all.
     """
     why = _require_reason(reason)
-    before = {s.name: s for s in node_states(runner, nodes, timeout=timeout)}
+    before = {s.name: s for s in node_states(slurm, nodes, timeout=timeout)}
     todo = [n for n, s in before.items() if not (s.drained and s.reason == why)]
     if todo:
         argv = [
@@ -358,61 +347,118 @@ def drain(
             "State=DRAIN",
             f"Reason={why}",
         ]
-        _check(runner.run(argv, timeout=timeout), argv)
-    after = {s.name: s for s in node_states(runner, todo, timeout=timeout)} if todo else {}
+        _check(slurm.run(argv, timeout=timeout), argv)
+    after = {s.name: s for s in node_states(slurm, todo, timeout=timeout)} if todo else {}
     return [
-        NodeChange(
+        NodeAction(
             node=name,
             action="drain",
             changed=name in after,
+            reason=why,
             before=state.state_text,
             after=after[name].state_text if name in after else state.state_text,
-            reason=why,
         )
         for name, state in before.items()
     ]
 
 
 def resume(
-    runner: Runner, nodes: str | Iterable[str], reason: str, *, timeout: float = DEFAULT_TIMEOUT
-) -> list[NodeChange]:
+    slurm: SlurmClient,
+    nodes: str | Iterable[str],
+    reason: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[NodeAction]:
     """Return drained or down ``nodes`` to service; ``reason`` is recorded in the result.
 
     Slurm clears a node's reason on resume, so the caller (the rollout's state store, or the
-    CLI's output) keeps it.  Nodes already in service are reported unchanged.
+    CLI's output) keeps it.  Nodes already in service are reported unchanged. This is the raw
+    operation: it resumes whoever drained the node, so automatic resumes go through
+    :mod:`gpuforge.admission`, which never resumes an operator's drain.
     """
     why = _require_reason(reason)
-    before = {s.name: s for s in node_states(runner, nodes, timeout=timeout)}
+    before = {s.name: s for s in node_states(slurm, nodes, timeout=timeout)}
     todo = [n for n, s in before.items() if s.resumable]
     if todo:
         argv = ["scontrol", "update", f"NodeName={collect_nodes(todo)}", "State=RESUME"]
-        _check(runner.run(argv, timeout=timeout), argv)
-    after = {s.name: s for s in node_states(runner, todo, timeout=timeout)} if todo else {}
+        _check(slurm.run(argv, timeout=timeout), argv)
+    after = {s.name: s for s in node_states(slurm, todo, timeout=timeout)} if todo else {}
     return [
-        NodeChange(
+        NodeAction(
             node=name,
             action="resume",
             changed=name in after,
+            reason=why,
             before=state.state_text,
             after=after[name].state_text if name in after else state.state_text,
-            reason=why,
         )
         for name, state in before.items()
     ]
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """One reservation as ``scontrol show reservation`` reports it."""
+
+    name: str
+    nodes: str
+    flags: tuple[str, ...] = ()
+    users: str = ""
+    state: str = ""
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """Parse ``scontrol --oneliner show reservation`` output (also the multi-line form)."""
+    records: list[dict[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("ReservationName="):
+            records.append(_split_fields(line))
+        elif records:
+            records[-1].update(_split_fields(line))
+        elif line.startswith("No reservations in the system"):
+            return []
+        else:
+            raise InputError(f"not scontrol reservation output: {line[:120]!r}")
+    return [
+        Reservation(
+            name=f["ReservationName"],
+            nodes="" if f.get("Nodes", "(null)") == "(null)" else f.get("Nodes", ""),
+            flags=tuple(x for x in f.get("Flags", "").split(",") if x and x != "(null)"),
+            users="" if f.get("Users", "(null)") == "(null)" else f.get("Users", ""),
+            state=f.get("State", ""),
+        )
+        for f in records
+    ]
+
+
+def reservation(
+    slurm: SlurmClient, name: str, *, timeout: float = DEFAULT_TIMEOUT
+) -> Reservation | None:
+    """Reservation ``name``, or None when Slurm has none by that name."""
+    argv = ["scontrol", "--oneliner", "show", "reservation", name]
+    result = slurm.run(argv, timeout=timeout)
+    if result.rc != 0 and "not found" in (result.stderr + result.stdout).lower():
+        return None
+    found = [r for r in parse_reservations(_check(result, argv)) if r.name == name]
+    return found[0] if found else None
+
+
 def reserve(
-    runner: Runner, name: str, nodes: str | Iterable[str], *, timeout: float = DEFAULT_TIMEOUT
-) -> list[NodeChange]:
-    """Close ``nodes`` to users in maintenance reservation ``name`` and return them to service.
+    slurm: SlurmClient, name: str, nodes: str | Iterable[str], *, timeout: float = DEFAULT_TIMEOUT
+) -> Reservation:
+    """Put ``nodes`` in maintenance reservation ``name`` (root only, ``maint,ignore_jobs``).
 
     Acceptance jobs (multi-node NCCL through ``srun``) need the nodes up, but new nodes join
     drained and Slurm schedules nothing on a drained node, not even inside a reservation. A
     ``maint,ignore_jobs`` reservation for root keeps user jobs off while the nodes are resumed.
-    Creates the reservation, or moves an existing one (a killed run's) onto ``nodes``.
+    Creates the reservation, or moves an existing one (a killed run's) onto ``nodes``. Resuming
+    the nodes is the caller's decision (:mod:`gpuforge.admission` records what it resumes).
     """
     names = collect_nodes(expand_nodes(nodes))
-    exists = runner.run(["scontrol", "show", f"ReservationName={name}"], timeout=timeout).rc == 0
+    exists = reservation(slurm, name, timeout=timeout) is not None
     argv = [
         "scontrol",
         "update" if exists else "create",
@@ -421,41 +467,14 @@ def reserve(
     ]
     if not exists:
         argv += ["StartTime=now", "Duration=infinite", "Users=root", "Flags=maint,ignore_jobs"]
-    _check(runner.run(argv, timeout=timeout), argv)
-    return resume(runner, names, f"gpuforge: validating inside reservation {name}", timeout=timeout)
+    _check(slurm.run(argv, timeout=timeout), argv)
+    return Reservation(name, names, ("MAINT", "IGNORE_JOBS"), "root")
 
 
-@contextmanager
-def maintenance_window(
-    runner: Runner, name: str, nodes: str | Iterable[str], *, timeout: float = DEFAULT_TIMEOUT
-) -> Iterator[None]:
-    """Open ``nodes`` to root's jobs only, in reservation ``name``; afterwards, put them back.
-
-    For acceptance jobs on nodes that may be drained (quarantined earlier, repaired since): the
-    nodes are resumed inside a maintenance reservation (:func:`reserve`), and on the way out,
-    whatever happened in between, each node drained before is drained again with its own
-    reason, and the reservation is deleted. Deciding new states is the caller's job, after.
-    """
-    names = expand_nodes(nodes)
-    before = node_states(runner, names, timeout=timeout)
-    try:
-        reserve(runner, name, names, timeout=timeout)
-        yield
-    finally:
-        by_reason: dict[str, list[str]] = {}
-        for state in before:
-            if state.drained:
-                reason = state.reason or "drained before validation"
-                by_reason.setdefault(reason, []).append(state.name)
-        for reason, hosts in sorted(by_reason.items()):
-            drain(runner, hosts, reason, timeout=timeout)
-        release(runner, name, timeout=timeout)
-
-
-def release(runner: Runner, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+def release(slurm: SlurmClient, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
     """Delete reservation ``name``; False when there was none."""
-    if runner.run(["scontrol", "show", f"ReservationName={name}"], timeout=timeout).rc != 0:
+    if reservation(slurm, name, timeout=timeout) is None:
         return False
     argv = ["scontrol", "delete", f"ReservationName={name}"]
-    _check(runner.run(argv, timeout=timeout), argv)
+    _check(slurm.run(argv, timeout=timeout), argv)
     return True

@@ -1,23 +1,23 @@
-"""Slurm node state operations: parsers on real 22.05 output, idempotent drain/resume, the CLI."""
+"""Slurm control: parsers on real 22.05 output, idempotent drain/resume, reservations, the CLI."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from gpuforge import slurm
 from gpuforge.cli import main
+from gpuforge.command import CommandResult, LocalRunner, SshRunner
 from gpuforge.errors import InputError, OperationError
-from gpuforge.slurm import CommandResult
+from gpuforge.slurm import control as slurm
+from gpuforge.slurm.control import SlurmClient
+from tests.unit.slurm.fake import FakeSlurm
 
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
 
 
 def fixture(name: str) -> str:
@@ -120,62 +120,9 @@ def test_hostlists() -> None:
 # -- operations against a fake controller ------------------------------------------------------
 
 
-@dataclass
-class FakeScontrol:
-    """Answers scontrol like a 22.05 controller holding ``nodes`` (name -> (state, reason))."""
-
-    nodes: dict[str, tuple[str, str]]
-    calls: list[list[str]] = field(default_factory=list)
-    reservations: dict[str, str] = field(default_factory=dict)  # name -> nodes
-
-    def line(self, name: str) -> str:
-        state, reason = self.nodes[name]
-        text = f"NodeName={name} CPUTot=224 Gres=gpu:h100:8 State={state} Partitions=gpu"
-        return text + (f" Reason={reason} [root@2026-11-30T05:00:00]" if reason else "")
-
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
-        assert timeout > 0
-        self.calls.append(list(argv))
-        if len(argv) > 2 and argv[2].startswith("ReservationName="):
-            return self.reservation(argv)
-        if argv[:3] == ["scontrol", "--oneliner", "show"]:
-            names = slurm.expand_nodes(argv[4]) if len(argv) > 4 else list(self.nodes)
-            unknown = [n for n in names if n not in self.nodes]
-            if unknown:
-                return CommandResult(1, "", f"Node {unknown[0]} not found\n")
-            return CommandResult(0, "\n".join(self.line(n) for n in names) + "\n", "")
-        if argv[:2] == ["scontrol", "update"]:
-            fields = dict(a.split("=", 1) for a in argv[2:])
-            for name in slurm.expand_nodes(fields["NodeName"]):
-                base = self.nodes[name][0].split("+")[0]
-                if fields["State"] == "DRAIN":
-                    self.nodes[name] = (f"{base}+DRAIN", fields["Reason"])
-                else:
-                    self.nodes[name] = ("IDLE" if base == "DOWN" else base, "")
-            return CommandResult(0, "", "")
-        return CommandResult(1, "", f"unexpected {argv}")
-
-    def reservation(self, argv: Sequence[str]) -> CommandResult:
-        name = argv[2].split("=", 1)[1]
-        if argv[1] == "show":
-            if name in self.reservations:
-                return CommandResult(
-                    0, f"ReservationName={name} Nodes={self.reservations[name]}", ""
-                )
-            return CommandResult(1, "", f"Reservation {name} not found\n")
-        if argv[1] == "delete":
-            del self.reservations[name]
-        else:
-            self.reservations[name] = dict(a.split("=", 1) for a in argv[2:])["Nodes"]
-        return CommandResult(0, "", "")
-
-    def updates(self) -> list[list[str]]:
-        return [c for c in self.calls if c[:2] == ["scontrol", "update"]]
-
-
 @pytest.fixture
-def ctl() -> FakeScontrol:
-    return FakeScontrol(
+def fake() -> FakeSlurm:
+    return FakeSlurm(
         {
             "gpu01": ("IDLE", ""),
             "gpu02": ("IDLE", ""),
@@ -185,65 +132,65 @@ def ctl() -> FakeScontrol:
     )
 
 
-def test_drain_issues_one_update_for_a_hostlist(ctl: FakeScontrol) -> None:
+@pytest.fixture
+def ctl(fake: FakeSlurm) -> SlurmClient:
+    return SlurmClient(fake, "ctl01")
+
+
+def test_drain_issues_one_update_for_a_hostlist(ctl: SlurmClient, fake: FakeSlurm) -> None:
     changes = slurm.drain(ctl, "gpu[01-02]", "burn-in failed")
     assert [c.changed for c in changes] == [True, True]
-    assert ctl.updates() == [
+    assert fake.updates() == [
         ["scontrol", "update", "NodeName=gpu[01-02]", "State=DRAIN", "Reason=burn-in failed"]
     ]
     assert changes[0].after == "IDLE+DRAIN"
 
 
-def test_drain_same_reason_changes_nothing(ctl: FakeScontrol) -> None:
+def test_drain_same_reason_changes_nothing(ctl: SlurmClient, fake: FakeSlurm) -> None:
     changes = slurm.drain(ctl, "gpu03", "burn-in failed")
     assert [c.changed for c in changes] == [False]
-    assert ctl.updates() == []
+    assert fake.updates() == []
 
 
-def test_drain_twice_is_idempotent(ctl: FakeScontrol) -> None:
+def test_drain_twice_is_idempotent(ctl: SlurmClient, fake: FakeSlurm) -> None:
     slurm.drain(ctl, "gpu01", "maintenance")
     again = slurm.drain(ctl, "gpu01", "maintenance")
     assert [c.changed for c in again] == [False]
-    assert len(ctl.updates()) == 1
+    assert len(fake.updates()) == 1
 
 
-def test_drain_with_new_reason_updates_it(ctl: FakeScontrol) -> None:
+def test_drain_with_new_reason_updates_it(ctl: SlurmClient, fake: FakeSlurm) -> None:
     (change,) = slurm.drain(ctl, "gpu03", "XID 79")
     assert change.changed
-    assert ctl.nodes["gpu03"] == ("IDLE+DRAIN", "XID 79")
+    assert fake.nodes["gpu03"] == ("IDLE+DRAIN", "XID 79")
 
 
-def test_drain_needs_a_reason(ctl: FakeScontrol) -> None:
+def test_drain_needs_a_reason(ctl: SlurmClient, fake: FakeSlurm) -> None:
     with pytest.raises(InputError, match="reason"):
         slurm.drain(ctl, "gpu01", "   ")
-    assert ctl.calls == []
+    assert fake.calls == []
 
 
-def test_resume_only_touches_drained_or_down(ctl: FakeScontrol) -> None:
+def test_resume_only_touches_drained_or_down(ctl: SlurmClient, fake: FakeSlurm) -> None:
     changes = slurm.resume(ctl, "gpu[01,03-04]", "passed burn-in")
     assert {c.node: c.changed for c in changes} == {"gpu01": False, "gpu03": True, "gpu04": True}
-    assert ctl.updates() == [["scontrol", "update", "NodeName=gpu[03-04]", "State=RESUME"]]
+    assert fake.updates() == [["scontrol", "update", "NodeName=gpu[03-04]", "State=RESUME"]]
     assert all(c.reason == "passed burn-in" for c in changes)
 
 
-def test_resume_in_service_node_changes_nothing(ctl: FakeScontrol) -> None:
+def test_resume_in_service_node_changes_nothing(ctl: SlurmClient, fake: FakeSlurm) -> None:
     (change,) = slurm.resume(ctl, "gpu02", "why not")
     assert not change.changed
-    assert ctl.updates() == []
+    assert fake.updates() == []
 
 
-def test_unknown_node_is_bad_input(ctl: FakeScontrol) -> None:
+def test_unknown_node_is_bad_input(ctl: SlurmClient) -> None:
     with pytest.raises(InputError, match="gpu99"):
         slurm.node_states(ctl, "gpu99")
 
 
-def test_failed_update_is_an_operation_error(ctl: FakeScontrol) -> None:
-    def refuse(argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
-        if argv[1] == "update":
-            return CommandResult(1, "", "Invalid user id")
-        return FakeScontrol.run(ctl, argv, timeout=timeout)
-
-    ctl.run = refuse  # type: ignore[method-assign]
+def test_failed_update_is_an_operation_error(ctl: SlurmClient, fake: FakeSlurm) -> None:
+    fake.intercept = lambda argv: "Invalid user id" if argv[1] == "update" else None
     with pytest.raises(OperationError, match="Invalid user id"):
         slurm.drain(ctl, "gpu01", "x")
 
@@ -251,8 +198,8 @@ def test_failed_update_is_an_operation_error(ctl: FakeScontrol) -> None:
 # -- runners -----------------------------------------------------------------------------------
 
 
-def test_ssh_runner_builds_a_batch_command_from_hostvars() -> None:
-    runner = slurm.ssh_runner_from_hostvars(
+def test_ssh_client_builds_a_batch_command_from_hostvars() -> None:
+    client = SlurmClient.over_ssh(
         "ctl01",
         {
             "ansible_host": "10.231.0.10",
@@ -262,35 +209,50 @@ def test_ssh_runner_builds_a_batch_command_from_hostvars() -> None:
             "ansible_ssh_common_args": "-o UserKnownHostsFile=/lab/known_hosts",
         },
     )
-    cmd = runner.command(["scontrol", "update", "NodeName=gpu01", "Reason=two words"])
+    runner = client.runner
+    assert isinstance(runner, SshRunner)
+    cmd = runner.argv("ctl01", "scontrol update NodeName=gpu01 'Reason=two words'", 60)
     assert cmd[0] == "ssh"
     assert "BatchMode=yes" in cmd
     assert cmd[cmd.index("-p") + 1] == "2222"
     assert cmd[cmd.index("-i") + 1] == "/lab/id_ed25519"
     assert "UserKnownHostsFile=/lab/known_hosts" in cmd
-    assert cmd[-3:] == [
-        "root@10.231.0.10",
-        "--",
-        "scontrol update NodeName=gpu01 'Reason=two words'",
-    ]
+    assert cmd[-3:-1] == ["root@10.231.0.10", "--"]
+    # the remote side runs under coreutils timeout, so a hung scontrol dies there too
+    assert cmd[-1].startswith("timeout -k 5 60 sh -c ")
 
 
-def test_local_runner_times_out() -> None:
+def test_client_quotes_arguments_into_one_shell_line(ctl: SlurmClient, fake: FakeSlurm) -> None:
+    slurm.drain(ctl, "gpu01", "two words; rm -rf /")
+    assert fake.nodes["gpu01"] == ("IDLE+DRAIN", "two words; rm -rf /")
+
+
+def test_local_client_times_out() -> None:
+    client = SlurmClient(LocalRunner())
     with pytest.raises(OperationError, match="timed out"):
-        slurm.LocalRunner().run(["sleep", "5"], timeout=0.2)
+        client.run(["sleep", "5"], timeout=0.2)
 
 
-def test_local_runner_reports_missing_binary() -> None:
+def test_local_client_reports_missing_binary() -> None:
     with pytest.raises(OperationError, match="not found"):
-        slurm.LocalRunner().run(["gpuforge-no-such-binary"])
+        SlurmClient.local().run(["gpuforge-no-such-binary"])
+
+
+def test_unreachable_controller_is_an_operation_error() -> None:
+    class Unreachable:
+        def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
+            return CommandResult(host, command, 255, "", "ssh: connect to host ctl01: refused")
+
+    with pytest.raises(OperationError, match="refused"):
+        slurm.node_states(SlurmClient(Unreachable(), "ctl01"))
 
 
 # -- CLI ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def cli(ctl: FakeScontrol, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    monkeypatch.setattr("gpuforge.cli.slurm._runner", lambda *_args: ctl)
+def cli(ctl: SlurmClient, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setattr("gpuforge.cli.slurm._client", lambda *_args: ctl)
     return CliRunner()
 
 
@@ -310,13 +272,13 @@ def test_cli_state_table_shows_reason(cli: CliRunner) -> None:
     assert re.search(r"gpu03\s+IDLE\+DRAIN\s+gpu\s+gpu:h100:8\s+burn-in failed", result.output)
 
 
-def test_cli_drain_then_again_is_unchanged(cli: CliRunner, ctl: FakeScontrol) -> None:
+def test_cli_drain_then_again_is_unchanged(cli: CliRunner, fake: FakeSlurm) -> None:
     first = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma"])
     second = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma"])
     assert (first.exit_code, second.exit_code) == (0, 0)
     assert "drain changed" in first.output
     assert "drain unchanged" in second.output
-    assert len(ctl.updates()) == 1
+    assert len(fake.updates()) == 1
 
 
 def test_cli_drain_requires_reason(cli: CliRunner) -> None:
@@ -338,15 +300,16 @@ def test_cli_resume_json(cli: CliRunner) -> None:
         "node": "gpu03",
         "action": "resume",
         "changed": True,
+        "reason": "fixed",
+        "detail": "",
         "before": "IDLE+DRAIN",
         "after": "IDLE",
-        "reason": "fixed",
     }
 
 
 # -- roles: declared inputs match the defaults ---------------------------------------------------
 
-ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 
 
 @pytest.mark.parametrize("role", ["munge", "slurm"])
@@ -357,9 +320,9 @@ def test_role_defaults_are_declared_in_argument_specs(role: str) -> None:
     assert set(defaults) == set(options)
 
 
-def test_reserve_creates_a_maint_reservation_and_resumes_drained_nodes(ctl: FakeScontrol) -> None:
-    changes = slurm.reserve(ctl, "gpuforge_phase01", ["gpu03", "gpu04"])
-    create = next(c for c in ctl.calls if c[1] == "create")
+def test_reserve_creates_a_maint_reservation(ctl: SlurmClient, fake: FakeSlurm) -> None:
+    slurm.reserve(ctl, "gpuforge_phase01", ["gpu03", "gpu04"])
+    create = next(c for c in fake.calls if c[1] == "create")
     assert create == [
         "scontrol",
         "create",
@@ -370,32 +333,40 @@ def test_reserve_creates_a_maint_reservation_and_resumes_drained_nodes(ctl: Fake
         "Users=root",
         "Flags=maint,ignore_jobs",
     ]
-    assert [c.changed for c in changes] == [True, True]
-    assert ctl.nodes["gpu03"][0] == "IDLE"
+    # reserving resumes nothing: that is admission's decision, recorded there
+    assert fake.nodes["gpu03"] == ("IDLE+DRAIN", "burn-in failed")
+    assert fake.updates() == []
 
 
-def test_reserve_again_moves_the_existing_reservation(ctl: FakeScontrol) -> None:
+def test_reserve_again_moves_the_existing_reservation(ctl: SlurmClient, fake: FakeSlurm) -> None:
     slurm.reserve(ctl, "gpuforge_phase01", "gpu03")
     slurm.reserve(ctl, "gpuforge_phase01", "gpu[03-04]")
-    changes = [
-        c[1] for c in ctl.calls if c[1] != "show" and c[2:3] == ["ReservationName=gpuforge_phase01"]
-    ]
+    changes = [c[1] for c in fake.calls if c[2:3] == ["ReservationName=gpuforge_phase01"]]
     assert changes == ["create", "update"]
-    assert ctl.reservations == {"gpuforge_phase01": "gpu[03-04]"}
+    assert fake.reservations == {"gpuforge_phase01": "gpu[03-04]"}
 
 
-def test_release_deletes_only_an_existing_reservation(ctl: FakeScontrol) -> None:
+def test_release_deletes_only_an_existing_reservation(ctl: SlurmClient, fake: FakeSlurm) -> None:
     assert slurm.release(ctl, "gpuforge_phase01") is False
     slurm.reserve(ctl, "gpuforge_phase01", "gpu01")
     assert slurm.release(ctl, "gpuforge_phase01") is True
-    assert ctl.reservations == {}
+    assert fake.reservations == {}
 
 
-def test_maintenance_window_puts_drained_nodes_back_even_after_a_crash(ctl: FakeScontrol) -> None:
-    with pytest.raises(RuntimeError), slurm.maintenance_window(ctl, "gf_check", "gpu[01-03]"):
-        assert ctl.reservations == {"gf_check": "gpu[01-03]"}
-        assert ctl.nodes["gpu03"] == ("IDLE", "")  # schedulable inside the reservation
-        raise RuntimeError("validation died")
-    assert ctl.nodes["gpu03"] == ("IDLE+DRAIN", "burn-in failed")  # its own reason, not ours
-    assert ctl.nodes["gpu01"] == ("IDLE", "")
-    assert ctl.reservations == {}
+def test_reservation_is_read_back(ctl: SlurmClient) -> None:
+    assert slurm.reservation(ctl, "gf") is None
+    slurm.reserve(ctl, "gf", "gpu[01-02]")
+    found = slurm.reservation(ctl, "gf")
+    assert found is not None
+    assert (found.nodes, found.users) == ("gpu[01-02]", "root")
+    assert "MAINT" in found.flags
+
+
+def test_node_in_a_maint_reservation_keeps_its_drain_reading(
+    ctl: SlurmClient, fake: FakeSlurm
+) -> None:
+    slurm.reserve(ctl, "gf", "gpu03")
+    (node,) = slurm.node_states(ctl, "gpu03")
+    assert node.flags == ("DRAIN", "MAINT")
+    assert node.drained
+    assert node.reason == "burn-in failed"
