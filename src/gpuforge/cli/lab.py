@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -66,31 +65,32 @@ def mirror_cmd(force: bool) -> None:
 )
 def up_cmd(spec: Path | None, faults: Path | None) -> None:
     """Bring up one container per node of SPEC (default: the lab spec); idempotent."""
-    from gpuforge.inventory.render import write_inventory  # noqa: PLC0415
+    from gpuforge.inventory.render import write_cluster_inventory  # noqa: PLC0415
     from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
     from gpuforge.lab import faults as lab_faults  # noqa: PLC0415
     from gpuforge.lab.image import ensure_image  # noqa: PLC0415
     from gpuforge.lab.mirror import ensure_mirror  # noqa: PLC0415
+    from gpuforge.lab.plan import plan_from_cluster  # noqa: PLC0415
     from gpuforge.topology import load_cluster  # noqa: PLC0415
 
     spec_path = spec or DEFAULT_SPEC
     model = load_cluster(spec_path)
-    plan = lab_cluster.plan_from_cluster(model)
+    plan = plan_from_cluster(model)
     fault_doc = lab_faults.load_fault_file(faults) if faults else lab_faults.NO_FAULTS
     info = lab_faults.cluster_info(model)
     states = lab_faults.node_states(fault_doc, info)  # validated before any container starts
     ensure_image(progress=_progress)
     ensure_mirror(progress=_progress)
 
-    def writer(out_dir: Path, host_vars: Any, extra_files: Any) -> None:
-        write_inventory(model, out_dir, extra_host_vars=host_vars, extra_files=extra_files)
+    def writer(root: Path) -> None:
+        write_cluster_inventory(model, root, protect=(spec_path,))
 
     result = lab_cluster.up(plan, writer, cluster_info=info, progress=_progress)
     lab_cluster.apply_faults(plan.name, states)
     verb = "changed" if result.changed else "unchanged"
     click.echo(
         f"lab {plan.name}: {len(plan.nodes)} nodes up, {verb} ({result.seconds:.1f}s)\n"
-        f"  inventory: {result.state_dir / 'inventory' / 'hosts.yml'}\n"
+        f"  inventory: {result.state_dir / 'inventory'} (generated/ and site/)\n"
         f"  ansible:   ANSIBLE_CONFIG={result.state_dir / 'ansible.cfg'}\n"
         f"  ssh:       gpuforge lab ssh {plan.nodes[0].hostname}"
     )

@@ -1,18 +1,19 @@
 """A lab cluster: one systemd container per node of a topology spec, reached over real SSH.
 
+This module orchestrates podman (network, containers, the mirror, boot, keys); the files it
+writes are rendered by :mod:`gpuforge.lab.files` from the plan of :mod:`gpuforge.lab.plan`.
+
 ``up`` is idempotent: containers, the network, the SSH key, known_hosts, the SSH/Ansible
 configuration and the inventory are created only when missing or different, and a second run
 reports that nothing changed.  The management network of the spec *is* the lab network: every
 container gets its node's management address, so the generated inventory and ``/etc/hosts`` are
-the same as on real hardware.  Lab state lives under ``.lab/<lab>/``; ``down`` removes every
-podman object labelled ``gpuforge.lab=<lab>`` and that directory.
+the same as on real hardware.  Lab state lives under ``.lab/<lab>/``, its cluster directory (the
+generated and site layers, as for any cluster) under ``.lab/<lab>/inventory/``; ``down``
+removes every podman object labelled ``gpuforge.lab=<lab>`` and that directory.
 """
 
 from __future__ import annotations
 
-import configparser
-import io
-import ipaddress
 import json
 import os
 import shlex
@@ -26,79 +27,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuforge.errors import InputError, OperationError
-from gpuforge.lab import podman
+from gpuforge.inventory.reader import InventoryDir
+from gpuforge.lab import files, podman
 from gpuforge.lab.image import LATEST
 from gpuforge.lab.paths import MIRROR_DIR, STATE_ROOT
+from gpuforge.lab.plan import LabNode, LabPlan
 from gpuforge.lab.proc import file_lock, run_cmd
-from gpuforge.resources import project_path
 
 MIRROR_ROOT_IN_CONTAINER = "/srv/lab-mirror"
 SIM_STATE_PATH = "/var/lib/gpuforge-sim/state.json"
 BOOT_TIMEOUT = 180.0
 SSH_TIMEOUT = 30.0
 MAX_PARALLEL = 8
-#: The lab's own inventory source inside the generated inventory directory.
-LAB_VARS_FILE = "lab.yml"
-
-#: Writes the generated inventory: (directory, per-host variables, extra files by relative path).
-InventoryWriter = Callable[[Path, Mapping[str, Mapping[str, Any]], Mapping[str, str]], None]
+#: Writes the generated layer of a cluster directory (and its site layer from the sample, once).
+InventoryWriter = Callable[[Path], None]
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class LabNode:
-    """One node as the lab needs it."""
-
-    hostname: str
-    fqdn: str
-    role: str
-    address: str
-
-
-@dataclass(frozen=True)
-class LabPlan:
-    """What a lab is made of: derived from a topology spec (or written by hand in tests)."""
-
-    name: str
-    domain: str
-    subnet: str
-    gateway: str
-    nodes: tuple[LabNode, ...]
-
-    @property
-    def network(self) -> str:
-        """The podman network of the lab."""
-        return f"gpuforge-{self.name}"
-
-    @property
-    def mirror_name(self) -> str:
-        """Container (and DNS) name of the lab's package mirror."""
-        return f"{self.name}-mirror"
-
-    @property
-    def mirror_address(self) -> str:
-        """The mirror's address: the highest host address of the subnet no node uses."""
-        taken = {n.address for n in self.nodes} | {self.gateway}
-        net = ipaddress.IPv4Network(self.subnet)
-        for candidate in reversed(list(_hosts_tail(net))):
-            if str(candidate) not in taken:
-                return str(candidate)
-        raise InputError(f"management subnet {self.subnet} has no free address for the mirror")
-
-    def container(self, hostname: str) -> str:
-        """Container name of node ``hostname``."""
-        return f"{self.name}-{hostname}"
-
-    def node(self, name: str) -> LabNode:
-        """A node by hostname, FQDN or container name."""
-        for node in self.nodes:
-            if name in (node.hostname, node.fqdn, self.container(node.hostname)):
-                return node
-        known = ", ".join(n.hostname for n in self.nodes)
-        raise InputError(f"lab {self.name} has no node {name!r} (nodes: {known})")
 
 
 @dataclass
@@ -118,26 +62,14 @@ class UpResult:
         return bool(self.created or self.started or self.files_changed)
 
 
-def plan_from_cluster(cluster: Any) -> LabPlan:
-    """The lab plan of an expanded topology (``gpuforge.topology.Cluster``)."""
-    mgmt = cluster.spec.addressing.management
-    gateway = mgmt.gateway or next(mgmt.subnet.hosts())
-    nodes = tuple(
-        LabNode(hostname=n.hostname, fqdn=n.fqdn, role=n.role, address=str(n.mgmt_address))
-        for n in cluster.nodes
-    )
-    return LabPlan(
-        name=cluster.name,
-        domain=cluster.domain,
-        subnet=str(mgmt.subnet),
-        gateway=str(gateway),
-        nodes=nodes,
-    )
-
-
 def state_dir(name: str) -> Path:
     """Where lab ``name`` keeps its key, known_hosts, configs and inventory."""
     return STATE_ROOT / name
+
+
+def inventory_dir(name: str) -> InventoryDir:
+    """The cluster directory of lab ``name`` (generated and site layers)."""
+    return InventoryDir(state_dir(name) / "inventory")
 
 
 def labels(name: str, **extra: str) -> dict[str, str]:
@@ -154,10 +86,14 @@ def up(
     cluster_info: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> UpResult:
-    """Bring lab ``plan`` up (or make sure it is up) and write its inventory and configs."""
+    """Bring lab ``plan`` up (or make sure it is up) and write its inventory and configs.
+
+    ``write_inventory(root)`` writes the generated layer of the cluster directory ``root``
+    (``gpuforge.inventory.render.write_cluster_inventory``); the lab then fills in the site layer.
+    """
     say = progress or _quiet
     started = time.monotonic()
-    _validate(plan)
+    plan.validate()
     sdir = state_dir(plan.name)
     result = UpResult(plan=plan, state_dir=sdir)
     with file_lock(STATE_ROOT / f".{plan.name}.lock"):
@@ -168,7 +104,7 @@ def up(
         to_boot = _ensure_containers(plan, image, mirror_dir, result, say)
         say(f"waiting for {len(plan.nodes)} nodes to boot")
         pub = key.with_suffix(".pub").read_bytes()
-        hosts_file = _etc_hosts(plan).encode()
+        hosts_file = files.etc_hosts(plan).encode()
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(plan.nodes))) as pool:
             host_keys = dict(
                 zip(
@@ -183,14 +119,16 @@ def up(
         for hostname, changed in host_keys.items():
             if changed[1]:
                 result.files_changed.append(f"{hostname}:/etc/hosts,authorized_keys")
-        _write_if_changed(sdir / "known_hosts", _known_hosts(plan, host_keys), result)
-        _write_if_changed(sdir / "ssh_config", _ssh_config(plan, sdir, key), result)
-        _write_if_changed(sdir / "ansible.cfg", _ansible_cfg(sdir), result)
+        keys = {host: value[0] for host, value in host_keys.items()}
+        _write_if_changed(sdir / "known_hosts", files.known_hosts(plan, keys), result)
+        _write_if_changed(sdir / "ssh_config", files.ssh_config(plan, sdir, key), result)
+        inv = inventory_dir(plan.name)
+        _write_if_changed(sdir / "ansible.cfg", files.ansible_cfg(sdir, inv), result)
         _write_if_changed(sdir / "lab.json", json.dumps(_state(plan), indent=2) + "\n", result)
         if cluster_info is not None:
             info = json.dumps(cluster_info, indent=2, sort_keys=True) + "\n"
             _write_if_changed(sdir / "cluster-info.json", info, result)
-        _write_inventory(plan, sdir, key, write_inventory, result)
+        _write_inventory(plan, inv, key, write_inventory, result)
         say("checking SSH to every node")
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(plan.nodes))) as pool:
             list(pool.map(lambda n: ssh_run(plan.name, n.hostname, ["true"]), plan.nodes))
@@ -313,17 +251,6 @@ def load_cluster_info(name: str) -> dict[str, Any]:
 
 
 # --- steps of up ---------------------------------------------------------------------------
-
-
-def _validate(plan: LabPlan) -> None:
-    if not plan.nodes:
-        raise InputError(f"lab {plan.name} has no nodes")
-    net = ipaddress.IPv4Network(plan.subnet)
-    for node in plan.nodes:
-        if ipaddress.IPv4Address(node.address) not in net:
-            raise InputError(f"{node.hostname}: address {node.address} is outside {plan.subnet}")
-    if len({n.address for n in plan.nodes}) != len(plan.nodes):
-        raise InputError(f"lab {plan.name}: two nodes share a management address")
 
 
 def _ensure_ssh_key(name: str, sdir: Path, result: UpResult) -> Path:
@@ -501,7 +428,7 @@ def _prepare_node(
         current = podman.exec_(cname, ["cat", path], check=False).stdout
         data = wanted
         if path == "/etc/hosts":  # the lab's block only: roles add theirs (base's cluster block)
-            data = with_lab_block(current.decode(errors="replace"), wanted.decode()).encode()
+            data = files.with_lab_block(current.decode(errors="replace"), wanted.decode()).encode()
         if current != data:
             podman.put_file(cname, data, path, mode=mode)
             changed = True
@@ -512,109 +439,6 @@ def _prepare_node(
     return f"{host_key[0]} {host_key[1]}", changed or fresh
 
 
-LAB_HOSTS_BEGIN = "# BEGIN gpuforge lab up"
-LAB_HOSTS_END = "# END gpuforge lab up"
-
-
-def _etc_hosts(plan: LabPlan) -> str:
-    """The lab's /etc/hosts block: every node at its management address, and the mirror."""
-    lines = [
-        LAB_HOSTS_BEGIN,
-        "127.0.0.1\tlocalhost",
-        "::1\tlocalhost ip6-localhost ip6-loopback",
-        "ff02::1\tip6-allnodes",
-        "ff02::2\tip6-allrouters",
-    ]
-    lines += [f"{n.address}\t{n.fqdn} {n.hostname}" for n in plan.nodes]
-    lines += [f"{plan.mirror_address}\t{plan.mirror_name}", LAB_HOSTS_END]
-    return "\n".join(lines) + "\n"
-
-
-def with_lab_block(current: str, block: str) -> str:
-    """``current`` /etc/hosts with the lab's block replaced by ``block``, the rest kept.
-
-    A file without the block (a fresh container) becomes the block alone.
-    """
-    start, end = current.find(LAB_HOSTS_BEGIN), current.find(LAB_HOSTS_END)
-    if start < 0 or end < start:
-        return block
-    tail = current[end + len(LAB_HOSTS_END) :].removeprefix("\n")
-    return current[:start] + block + tail
-
-
-def _known_hosts(plan: LabPlan, host_keys: Mapping[str, tuple[str, bool]]) -> str:
-    lines = []
-    for node in plan.nodes:
-        names = ",".join([node.hostname, node.fqdn, node.address])
-        lines.append(f"{names} {host_keys[node.hostname][0]}")
-    return "\n".join(lines) + "\n"
-
-
-def _ssh_config(plan: LabPlan, sdir: Path, key: Path) -> str:
-    out = [f"# gpuforge lab {plan.name}: ssh -F {sdir / 'ssh_config'} <node>"]
-    for node in plan.nodes:
-        out += [f"Host {node.hostname} {node.fqdn}", f"  HostName {node.address}", ""]
-    out += [
-        "Host *",
-        "  User root",
-        f"  IdentityFile {key}",
-        "  IdentitiesOnly yes",
-        f"  UserKnownHostsFile {sdir / 'known_hosts'}",
-        "  GlobalKnownHostsFile /dev/null",
-        "  StrictHostKeyChecking yes",
-        "  PasswordAuthentication no",
-        "  ConnectTimeout 10",
-        "  LogLevel ERROR",
-    ]
-    return "\n".join(out) + "\n"
-
-
-def _ansible_cfg(sdir: Path) -> str:
-    """The repository's ansible.cfg, pointed at the lab's inventory, key and known_hosts."""
-    cfg = configparser.ConfigParser(interpolation=None)
-    cfg.read(project_path("ansible.cfg"))
-    for section in ("defaults", "ssh_connection"):
-        if not cfg.has_section(section):
-            cfg.add_section(section)
-    cfg["defaults"]["inventory"] = str(sdir / "inventory")
-    cfg["defaults"]["roles_path"] = str(project_path("roles"))
-    cfg["defaults"]["host_key_checking"] = "true"
-    cfg["defaults"]["fact_caching_connection"] = str(sdir / "facts")
-    base_args = cfg["ssh_connection"].get("ssh_args", "")
-    cfg["ssh_connection"]["ssh_args"] = (
-        f"{base_args} -F {sdir / 'ssh_config'} -o UserKnownHostsFile={sdir / 'known_hosts'}"
-        " -o StrictHostKeyChecking=yes"
-    ).strip()
-    buf = io.StringIO()
-    buf.write(f"# Generated by gpuforge lab up from {project_path('ansible.cfg')}; do not edit.\n")
-    cfg.write(buf)
-    return buf.getvalue()
-
-
-def _lab_vars(plan: LabPlan, sdir: Path) -> str:
-    """Lab-wide variables: how to reach the nodes, and the package repository roles install from.
-
-    They live in ``inventory/lab.yml``, a second inventory source, so that anything given the
-    inventory alone (``-i``, ``gpuforge deploy --inventory``, the validators' SSH) reaches the lab
-    with its own known_hosts.
-    """
-    url = f"http://{plan.mirror_name}/"
-    data = {
-        "all": {
-            "vars": {
-                "ansible_ssh_common_args": (
-                    f"-o UserKnownHostsFile={sdir / 'known_hosts'} -o StrictHostKeyChecking=yes"
-                ),
-                "gpuforge_apt_repo_url": url,
-                "gpuforge_apt_repo_suite": "stable",
-                "gpuforge_apt_repo_components": ["main"],
-                "gpuforge_apt_repo_key_url": f"{url}gpuforge-lab.asc",
-            }
-        }
-    }
-    return "# Generated by gpuforge lab up; do not edit.\n" + yaml.safe_dump(data, sort_keys=False)
-
-
 def _state(plan: LabPlan) -> dict[str, Any]:
     data = asdict(plan)
     data["nodes"] = [asdict(n) for n in plan.nodes]
@@ -622,21 +446,19 @@ def _state(plan: LabPlan) -> dict[str, Any]:
 
 
 def _write_inventory(
-    plan: LabPlan, sdir: Path, key: Path, writer: InventoryWriter, result: UpResult
+    plan: LabPlan, inv: InventoryDir, key: Path, writer: InventoryWriter, result: UpResult
 ) -> None:
-    host_vars = {
-        n.hostname: {
-            "ansible_host": n.address,
-            "ansible_user": "root",
-            "ansible_ssh_private_key_file": str(key),
-        }
-        for n in plan.nodes
-    }
-    inv = sdir / "inventory"
-    before = _tree_digest(inv)
-    writer(inv, host_vars, {LAB_VARS_FILE: _lab_vars(plan, sdir)})
-    if _tree_digest(inv) != before:
-        result.files_changed.append(str(inv))
+    if (inv.root / "hosts.yml").is_file():
+        # The single-directory inventory earlier versions of lab up wrote here: the lab's own.
+        shutil.rmtree(inv.root)
+    before = _tree_digest(inv.root)
+    writer(inv.root)
+    if _tree_digest(inv.root) != before:
+        result.files_changed.append(str(inv.generated))
+    for rel, text in files.site_files(plan, inv.root.parent, key).items():
+        path = inv.site / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(path, text, result)
 
 
 def _tree_digest(root: Path) -> dict[str, bytes]:
@@ -657,12 +479,6 @@ def _write_if_changed(path: Path, content: str, result: UpResult) -> None:
     Path(tmp).chmod(0o600)
     Path(tmp).replace(path)
     result.files_changed.append(str(path))
-
-
-def _hosts_tail(net: ipaddress.IPv4Network, count: int = 64) -> list[ipaddress.IPv4Address]:
-    last = int(net.broadcast_address) - 1
-    first = max(int(net.network_address) + 1, last - count + 1)
-    return [ipaddress.IPv4Address(i) for i in range(first, last + 1)]
 
 
 def _quiet(_message: str) -> None:
