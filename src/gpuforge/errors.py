@@ -22,3 +22,9 @@ class OperationError(GpuforgeError):
     """An operation (a command, a play, a container) failed."""
 
     exit_code = 1
+
+
+class Interrupted(OperationError):
+    """The operator stopped gpuforge (Ctrl-C or SIGTERM); what ran was recorded as interrupted."""
+
+    exit_code = 130

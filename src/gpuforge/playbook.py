@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +23,8 @@ from typing import Any
 
 import ansible_runner
 
-from gpuforge.errors import OperationError
+from gpuforge import playguard
+from gpuforge.errors import Interrupted, OperationError
 from gpuforge.resources import project_path, work_dir
 
 PLAYBOOKS = project_path("playbooks")
@@ -88,11 +93,14 @@ def run_playbook(
     on_event: EventHandler | None = None,
     timeout_s: int = 3600,
     forks: int = 16,
+    play_record: Path | None = None,
 ) -> RunResult:
     """Run ``playbook`` against ``inventory`` and return what happened to each host.
 
     The full event log stays under ``artifact_dir`` (ansible-runner's artifacts). ``timeout_s``
-    bounds the whole run; ansible-runner stops the play when it is exceeded.
+    bounds the whole run; ansible-runner stops the play when it is exceeded. The play runs
+    under :mod:`gpuforge.playguard`: it dies with this process, and its process group is written
+    to ``play_record`` while it runs (the cluster lock reads it to stop a play a killed run left).
     """
     playbook_path = Path(playbook)
     if not playbook_path.is_absolute():
@@ -133,6 +141,8 @@ def run_playbook(
             on_event(event)
         return True
 
+    received: list[int] = []
+    cancel, restore = _signals_cancel(received)
     try:
         run = ansible_runner.run(
             private_data_dir=str(private),
@@ -148,23 +158,25 @@ def run_playbook(
             quiet=True,
             timeout=timeout_s,
             rotate_artifacts=0,
+            cancel_callback=cancel,
         )
+    except BaseException:
+        # Ctrl-C or an error in a handler: ansible-runner leaves its play running.
+        if play_record is not None:
+            playguard.stop_recorded_play(play_record)
+        raise
     finally:
+        restore()
         shutil.rmtree(private / "env", ignore_errors=True)
-    stats = run.stats or {}
-    hosts: dict[str, HostStats] = {}
-    for key, attr in (
-        ("ok", "ok"),
-        ("changed", "changed"),
-        ("failures", "failures"),
-        ("dark", "unreachable"),
-        ("skipped", "skipped"),
-    ):
-        for host, count in (stats.get(key) or {}).items():
-            current = hosts.get(host, HostStats())
-            hosts[host] = HostStats(**{**_as_dict(current), attr: count})
-    for host in (*failed, *unreachable):
-        hosts.setdefault(host, HostStats())
+        shutil.rmtree(private / "bin", ignore_errors=True)
+    if play_record is not None:
+        play_record.unlink(missing_ok=True)
+    if received:
+        # ansible-runner killed the play ("canceled", rc 254): the operator asked for it.
+        raise Interrupted(
+            f"interrupted by {signal.Signals(received[0]).name} during {playbook_path.name}"
+        )
+    hosts = _host_stats(run.stats or {}, (*failed, *unreachable))
     if not hosts and run.status != "successful":
         raise OperationError(
             f"{playbook_path.name} stopped before reaching any host ({run.status}, rc {run.rc}):"
@@ -180,6 +192,70 @@ def run_playbook(
         strategy=strategy,
         facts=facts,
     )
+
+
+def _signals_cancel(received: list[int]) -> tuple[Callable[[], bool], Callable[[], None]]:
+    """A cancel callback for ansible-runner fed by SIGINT/SIGTERM, and how to undo it.
+
+    ansible-runner's own handler replaces gpuforge's for good (a later Ctrl-C would be ignored)
+    and reports a cancel as "canceled, rc 254"; this one is restored when the play ends.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return (lambda: False), (lambda: None)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    for signum in previous:
+        signal.signal(signum, handler)
+
+    def restore() -> None:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    return (lambda: bool(received)), restore
+
+
+def _guard_env(private: Path, play_record: Path | None) -> dict[str, str]:
+    """Environment that starts ``ansible-playbook`` through :mod:`gpuforge.playguard`.
+
+    ansible-runner looks the command up on the PATH it passes: a shim first on that PATH runs
+    the real one under the guard.
+    """
+    real = shutil.which("ansible-playbook") or "ansible-playbook"
+    shim_dir = private / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "ansible-playbook"
+    guard = [sys.executable, "-m", "gpuforge.playguard", real]
+    shim.write_text(f'#!/bin/sh\nexec {shlex.join(guard)} "$@"\n')
+    shim.chmod(0o755)
+    env = {
+        "PATH": os.pathsep.join([str(shim_dir), os.environ.get("PATH", "")]),
+        playguard.PARENT_ENV: str(os.getpid()),
+    }
+    if play_record is not None:
+        play_record.parent.mkdir(parents=True, exist_ok=True)
+        env[playguard.RECORD_ENV] = str(play_record)
+    return env
+
+
+def _host_stats(stats: Mapping[str, Any], reported: tuple[str, ...]) -> dict[str, HostStats]:
+    """Per-host counters from ansible-runner's stats; hosts that only reported an error too."""
+    hosts: dict[str, HostStats] = {}
+    for key, attr in (
+        ("ok", "ok"),
+        ("changed", "changed"),
+        ("failures", "failures"),
+        ("dark", "unreachable"),
+        ("skipped", "skipped"),
+    ):
+        for host, count in (stats.get(key) or {}).items():
+            current = hosts.get(host, HostStats())
+            hosts[host] = HostStats(**{**_as_dict(current), attr: count})
+    for host in reported:
+        hosts.setdefault(host, HostStats())
+    return hosts
 
 
 def _tail(artifacts: Path, lines: int = 5) -> str:

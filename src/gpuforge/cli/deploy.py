@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
-from gpuforge.errors import InputError
+from gpuforge.errors import InputError, Interrupted
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
-from gpuforge.rollout.state import NodeState, StateStore, open_store
+from gpuforge.rollout.lock import holder, play_record
+from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
 from gpuforge.rollout.steps import AnsibleSteps, controller_client
 from gpuforge.rollout.ui import DeployProgress
 from gpuforge.rollout.validation import validate_with_validators
@@ -90,6 +94,7 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
             slurm=controller_client(inventory, controllers[0]),
             reservation=reservation,
             on_event=progress.event,
+            play_record=play_record(lock),
         )
         request = DeployRequest(
             phase=phase_number,
@@ -101,12 +106,29 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
             redo=redo,
             force_reason=force_reason,
         )
-        outcome = deploy_phase(store, steps, request, lock_path=lock, on_stage=progress.stage)
+        with _interruptible():
+            outcome = deploy_phase(store, steps, request, lock_path=lock, on_stage=progress.stage)
     from gpuforge.rollout.report import write_phase_report  # noqa: PLC0415
 
     paths = write_phase_report(store, cluster, outcome, run_dir)
     _print_outcome(console, store, phase_number, outcome, paths)
     raise SystemExit(0 if outcome.passed else 1)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM end the run as "interrupted" (recorded), never half-written."""
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise Interrupted("interrupted by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted by SIGINT (Ctrl-C)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_outcome(
@@ -132,13 +154,13 @@ def _print_outcome(
 
 
 @click.command("status")
-@spec_argument
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @state_option
 @json_option
-def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
-    """Show the rollout at a glance: phases, states, gates, quarantined nodes."""
-    cluster = load_cluster(spec or DEFAULT_SPEC)
-    store, _ = _store(state_dir, cluster)
+def status(spec: Path, state_dir: Path, as_json: bool) -> None:
+    """Show the rollout of SPEC: phases, states, gates, runs, quarantined and unreachable nodes."""
+    cluster = load_cluster(spec)
+    store, lock = _store(state_dir, cluster)
     nodes = {n.hostname: n for n in store.nodes()}
     rows: list[dict[str, Any]] = []
     for phase in cluster.phases:
@@ -162,17 +184,23 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
         for n in nodes.values()
         if n.state in (NodeState.QUARANTINED, NodeState.UNREACHABLE)
     ]
+    held_by = holder(lock)
+    runs = [_run_row(r, held_by) for r in store.runs()[-RECENT_RUNS:]]
     if as_json:
         echo_json(
             {
                 "cluster": cluster.name,
+                "in_progress": held_by,
                 "phases": rows,
+                "runs": runs,
                 "quarantined": quarantined,
                 "overrides": store.overrides(),
             }
         )
         return
     console = Console()
+    if held_by:
+        console.print(f"[yellow]in progress:[/] {held_by}", highlight=False, soft_wrap=True)
     table = Table(title=f"rollout of {cluster.name}")
     for col in ("phase", "nodes", "states", "gate"):
         table.add_column(col)
@@ -186,5 +214,39 @@ def status(spec: Path | None, state_dir: Path, as_json: bool) -> None:
         states = ", ".join(f"{k} {v}" for k, v in row["counts"].items())
         table.add_row(f"{row['phase']} {row['name']}", str(row["nodes"]), states, gate_text)
     console.print(table)
+    for run in runs:
+        style = {"passed": "green", "running": "yellow"}.get(run["status"], "red")
+        detail = f": {run['detail']}" if run["detail"] else ""
+        console.print(
+            f"run {run['id']} phase {run['phase']} ({run['level']}, {run['started']}): "
+            f"[{style}]{run['status']}[/]{detail}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for q in quarantined:
-        console.print(f"[red]{q['state']}[/] {q['hostname']} (phase {q['phase']}): {q['reason']}")
+        console.print(
+            f"[red]{q['state']}[/] {q['hostname']} (phase {q['phase']}): {q['reason']}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+RECENT_RUNS = 10
+"""Runs that ``status`` lists, newest last."""
+
+
+def _run_row(run: RunRecord, held_by: str | None) -> dict[str, Any]:
+    status = run.status
+    detail = run.detail
+    if status == "running" and held_by is None:
+        # Its process died without a word (SIGKILL, power): the next deploy records it so.
+        status, detail = "interrupted", "its gpuforge process died (killed?)"
+    return {
+        "id": run.id,
+        "phase": run.phase,
+        "level": run.level,
+        "operator": run.operator,
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started_at)),
+        "status": status,
+        "detail": detail,
+    }

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpuforge.errors import InputError, OperationError
+from gpuforge.errors import InputError, Interrupted, OperationError
 from gpuforge.rollout.gate import evaluate_gate, require_previous_gate
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.rollout.state import GateRecord, NodeState, ResultRow, StateStore
@@ -117,8 +117,11 @@ def deploy_phase(
         run_id = store.start_run(request.phase, request.level, request.operator)
         try:
             outcome = _run(store, steps, request, run_id, on_stage or (lambda _s, _h: None))
+        except (KeyboardInterrupt, Interrupted) as exc:
+            store.finish_run(run_id, "interrupted", str(exc) or "interrupted by SIGINT (Ctrl-C)")
+            raise
         except BaseException as exc:
-            store.finish_run(run_id, "aborted", f"{type(exc).__name__}: {exc}")
+            store.finish_run(run_id, "aborted", f"{type(exc).__name__}: {exc}"[:1000])
             raise
         outcome.notes[:0] = notes
         status = "passed" if outcome.passed else "failed"
@@ -155,8 +158,10 @@ def _run(
     # 1 preflight
     t0 = stage("preflight", batch)
     unreachable = steps.preflight([*request.infra, *batch]) if batch else {}
-    _stop_on_infra(request.infra, unreachable, "preflight")
+    infra_down = {h: unreachable.pop(h) for h in request.infra if h in unreachable}
+    # Recorded before the run stops for a broken controller: the record says what preflight saw.
     store.transition(unreachable, NodeState.UNREACHABLE, "preflight", run_id, reasons=unreachable)
+    _stop_on_infra(request.infra, infra_down, "preflight")
     batch = [h for h in batch if h not in unreachable]
     timings["preflight"] = time.monotonic() - t0
 

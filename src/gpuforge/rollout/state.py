@@ -398,22 +398,80 @@ class StateStore:
         }
 
 
+MIGRATIONS: dict[int, str] = {}
+"""SQL that brings a record from schema N to N + 1 (none yet). A copy is kept before any runs."""
+
+
 def open_store(path: Path) -> StateStore:
-    """Open (creating if needed) the record at ``path``."""
+    """Open (creating if needed) the record at ``path``.
+
+    A record that cannot be read (truncated, corrupt, not a database) raises :class:`InputError`
+    saying how to recover; it is never modified. Before a migration to a newer schema, a copy of
+    the record is kept beside it (``rollout.db.v1.bak``).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None:
-        conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-    elif int(row[0]) != SCHEMA_VERSION:
-        conn.close()
-        raise InputError(
-            f"{path}: rollout record has schema {row[0]}, this gpuforge reads {SCHEMA_VERSION}"
-        )
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        check = conn.execute("PRAGMA quick_check").fetchone()
+        if check is None or check[0] != "ok":
+            raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        version = _schema_version(conn)
+        if version is not None and version > SCHEMA_VERSION:
+            raise InputError(
+                f"{path}: rollout record has schema {version}, this gpuforge reads "
+                f"{SCHEMA_VERSION}: use the gpuforge that wrote it"
+            )
+        if version is not None and version < SCHEMA_VERSION:
+            _backup(conn, path.with_name(f"{path.name}.v{version}.bak"))
+        conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+        if version is None:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        else:
+            for step in range(version, SCHEMA_VERSION):
+                conn.executescript(f"BEGIN IMMEDIATE;{MIGRATIONS[step]}COMMIT;")
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+    except sqlite3.DatabaseError as exc:
+        if conn is not None:
+            conn.close()
+        raise InputError(_unreadable(path, exc)) from None
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
     return StateStore(conn, path)
+
+
+def _schema_version(conn: sqlite3.Connection) -> int | None:
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta is None:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None else None
+
+
+def _backup(conn: sqlite3.Connection, target: Path) -> None:
+    copy = sqlite3.connect(target)
+    try:
+        conn.backup(copy)
+    finally:
+        copy.close()
+
+
+def _unreadable(path: Path, exc: sqlite3.DatabaseError) -> str:
+    backups = sorted(path.parent.glob(f"{path.name}.v*.bak"))
+    restore = f", or restore the copy {backups[-1]}" if backups else ""
+    return (
+        f"{path}: the rollout record is unreadable ({' '.join(str(exc).split())}); "
+        f"move it aside (keep it for the record){restore} and run `gpuforge deploy` again: "
+        "nodes missing from the record are provisioned (idempotent) and validated again"
+    )
