@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from gpuforge.cli.topology import spec_argument
-from gpuforge.inventory.render import write_inventory
+from gpuforge.inventory.reader import GENERATED, SITE
+from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.topology import load_cluster
 
 
@@ -23,15 +24,26 @@ def inventory() -> None:
     "--output",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
-    required=True,
-    help="Inventory directory to write (replaced as a whole, atomically).",
+    default=None,
+    help="Cluster directory (default: inventory/<cluster>). Its generated/ is replaced as a "
+    "whole, atomically, and only when gpuforge wrote it; site/ is created once, never replaced.",
 )
-def generate(spec: Path, out_dir: Path) -> None:
-    """Write the inventory, Slurm files, /etc/hosts fragment and topology.json of SPEC."""
+def generate(spec: Path, out_dir: Path | None) -> None:
+    """Write the generated layer of SPEC's inventory and create its site layer once.
+
+    generated/ holds the inventory, Slurm files, /etc/hosts fragment and topology.json; site/
+    starts as a copy of inventory/sample/site for the site's connection settings, mirror and
+    overrides.
+    """
     cluster = load_cluster(spec)
-    files = write_inventory(cluster, out_dir)
+    root = out_dir if out_dir is not None else Path("inventory") / cluster.name
+    result = write_cluster_inventory(cluster, root, protect=(spec,))
     gpu = sum(1 for n in cluster.nodes if n.role == "gpu")
     click.echo(
-        f"wrote {len(files)} files to {out_dir}: {len(cluster.nodes):,} hosts "
+        f"wrote {len(result.files)} files to {root / GENERATED}: {len(cluster.nodes):,} hosts "
         f"({gpu:,} GPU nodes), {len(cluster.phases)} phases"
     )
+    if result.site_created:
+        click.echo(f"created {root / SITE} from the sample: set the connection settings there")
+    else:
+        click.echo(f"kept {root / SITE}")

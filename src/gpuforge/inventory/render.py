@@ -1,11 +1,15 @@
-"""The Ansible inventory of a cluster, written atomically with its Slurm and hosts files.
+"""The generated layer of a cluster's inventory, written atomically with its Slurm and hosts files.
 
-Layout of ``out_dir`` (docs/contracts.md is the contract):
+A cluster directory (``inventory/<cluster>/``, docs/topology.md) holds ``generated/``, which this
+module writes and replaces as a whole, and ``site/``, which it creates once from the sample and
+never touches again. Layout of ``generated/`` (docs/contracts.md is the contract):
 
 * ``hosts.yml``: groups and the only per-host data (management and rail addresses);
 * ``group_vars/all.yml``: cluster settings and pinned versions; ``group_vars/nodetype_*.yml``
   hardware per node type; ``group_vars/phase_*.yml`` each phase's gate;
-* ``slurm/nodes.conf``, ``slurm/topology.conf``, ``hosts``, ``topology.json``.
+* ``slurm/nodes.conf``, ``slurm/topology.conf``, ``hosts``, ``topology.json``;
+* ``.gpuforge-generated``: the marker that lets gpuforge replace the directory. A directory
+  without it is someone else's and is never replaced.
 
 ``hosts.yml`` is JSON, which is YAML too, written one host per line. Ansible's YAML inventory
 plugin tries a JSON parse first, and that path is fast: ``ansible-inventory --graph`` on 12,542
@@ -19,14 +23,17 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuforge.errors import OperationError
+from gpuforge.errors import InputError, OperationError
 from gpuforge.inventory.hosts_file import etc_hosts
+from gpuforge.inventory.reader import GENERATED, MARKER, SITE, InventoryDir
+from gpuforge.inventory.reader import sample_site as default_sample_site
 from gpuforge.slurm.conf import nodes_conf, su_tag, topology_conf
 from gpuforge.topology.cluster import Cluster, Node
 
@@ -109,16 +116,12 @@ def host_vars(node: Node) -> dict[str, Any]:
     return data
 
 
-def hosts_yml(
-    cluster: Cluster, extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None
-) -> str:
+def hosts_yml(cluster: Cluster) -> str:
     """The text of ``hosts.yml``: JSON (which is YAML), one host or group per line."""
-    extra = extra_host_vars or {}
     dump = json.dumps
     lines = []
     for node in cluster.nodes:
         data = host_vars(node)
-        data.update(extra.get(node.hostname, {}))
         lines.append(f"    {dump(node.hostname)}: {dump(data, sort_keys=True)}")
     children = []
     for name, members in groups(cluster).items():
@@ -255,12 +258,19 @@ def _yaml(data: Mapping[str, Any], name: str) -> str:
     )
 
 
-def render_files(
-    cluster: Cluster, extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, str]:
+def marker_text(cluster: Cluster) -> str:
+    """The content of :data:`~gpuforge.inventory.reader.MARKER` (deterministic)."""
+    return (
+        f"Written by gpuforge inventory generate for cluster {cluster.name}. gpuforge replaces\n"
+        "this directory as a whole on the next run; put what the site owns in ../site/.\n"
+    )
+
+
+def render_files(cluster: Cluster) -> dict[str, str]:
     """Every output file: relative path -> text. Deterministic for a given cluster."""
     files = {
-        "hosts.yml": hosts_yml(cluster, extra_host_vars),
+        MARKER: marker_text(cluster),
+        "hosts.yml": hosts_yml(cluster),
         "group_vars/all.yml": _yaml(all_vars(cluster), cluster.name),
         "slurm/nodes.conf": nodes_conf(cluster),
         "slurm/topology.conf": topology_conf(cluster),
@@ -284,31 +294,42 @@ def render_files(
     return files
 
 
+def check_replaceable(out: Path, protect: Sequence[Path] = ()) -> None:
+    """Refuse (InputError, exit 2) unless ``out`` is absent, empty or written by gpuforge.
+
+    Nothing under a directory in ``protect`` (the input spec) is ever replaced either.
+    """
+    for path in protect:
+        if _inside(Path(path), out):
+            raise InputError(f"refusing to replace {out}: it holds the input {path}")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise InputError(f"refusing to replace {out}: it is not a directory gpuforge wrote")
+    if (out / MARKER).is_file() or not any(out.iterdir()):
+        return
+    raise InputError(
+        f"refusing to replace {out}: gpuforge did not write it (no {MARKER}); "
+        "move it away or pick another directory"
+    )
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
+
+
 def write_inventory(
-    cluster: Cluster,
-    out_dir: Path | str,
-    *,
-    extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None,
-    extra_files: Mapping[str, str] | None = None,
+    cluster: Cluster, out_dir: Path | str, *, protect: Sequence[Path] = ()
 ) -> list[Path]:
-    """Write the inventory into ``out_dir`` atomically; return the files written.
+    """Write the generated layer into ``out_dir`` atomically; return the files written.
 
     Everything is rendered first, written into a temporary directory next to ``out_dir``, and
-    renamed into place; an existing ``out_dir`` is replaced as a whole. ``extra_host_vars``
-    (hostname -> variables) adds per-host data such as the lab's ``ansible_host``;
-    ``extra_files`` (relative path -> text) adds files such as a second inventory source.
+    renamed into place; an existing ``out_dir`` is replaced as a whole, but only when gpuforge
+    wrote it (:func:`check_replaceable`) and it holds nothing in ``protect``.
     """
     out = Path(out_dir)
-    unknown = sorted(set(extra_host_vars or {}) - {n.hostname for n in cluster.nodes})
-    if unknown:
-        raise OperationError(f"extra host vars for hosts not in the cluster: {', '.join(unknown)}")
-    files = render_files(cluster, extra_host_vars)
-    clashes = sorted(set(files) & set(extra_files or {}))
-    if clashes:
-        raise OperationError(f"extra inventory files would replace generated ones: {clashes}")
-    files.update(extra_files or {})
-    if out.exists() and not out.is_dir():
-        raise OperationError(f"{out} exists and is not a directory")
+    check_replaceable(out, protect)
+    files = render_files(cluster)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -334,3 +355,64 @@ def write_inventory(
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return [out / rel for rel in files]
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What :func:`write_cluster_inventory` did."""
+
+    root: Path
+    files: tuple[Path, ...]
+    site_created: bool
+
+
+def write_cluster_inventory(
+    cluster: Cluster,
+    root: Path | str,
+    *,
+    protect: Sequence[Path] = (),
+    sample_site: Path | None = None,
+) -> Generated:
+    """Write ``root/generated/`` (atomically) and create ``root/site/`` once from the sample.
+
+    ``root`` must be absent, empty, hold only a ``site/``, or be a cluster directory gpuforge
+    wrote before (``generated/`` with its marker): anything else is refused with InputError
+    and left as it was. An existing ``site/`` is never touched.
+    """
+    inv = InventoryDir(Path(root))
+    if inv.root.exists() or inv.root.is_symlink():
+        if not inv.root.is_dir():
+            raise InputError(f"refusing to write an inventory into {inv.root}: not a directory")
+        foreign = sorted(
+            p.name
+            for p in inv.root.iterdir()
+            if not p.name.startswith(".") and p.name not in (GENERATED, SITE)
+        )
+        if foreign and not (inv.generated / MARKER).is_file():
+            raise InputError(
+                f"refusing to write an inventory into {inv.root}: it is not a gpuforge cluster "
+                f"directory (no {GENERATED}/{MARKER}) and holds {', '.join(foreign[:5])}; "
+                "pick a new directory"
+            )
+    if inv.site.exists() and not inv.site.is_dir():
+        raise InputError(f"{inv.site} exists and is not a directory")
+    files = write_inventory(cluster, inv.generated, protect=protect)
+    created = False
+    if not inv.site.exists():
+        _copy_site(sample_site or default_sample_site(), inv.site)
+        created = True
+    return Generated(inv.root, tuple(files), created)
+
+
+def _copy_site(sample: Path, site: Path) -> None:
+    """Copy the sample site layer into place atomically (a copy, then one rename)."""
+    if not sample.is_dir():
+        raise OperationError(f"no sample site layer at {sample}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{site.name}.tmp-", dir=site.parent))
+    try:
+        shutil.copytree(sample, tmp / SITE)
+        (tmp / SITE).replace(site)
+    except OSError as exc:
+        raise OperationError(f"cannot create {site} from {sample}: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -67,8 +67,8 @@ def test_generate_writes_inventory(tmp_path: Path) -> None:
     result = run("inventory", "generate", LAB, "-o", out)
     assert result.exit_code == 0, result.output
     assert "9 hosts (8 GPU nodes), 2 phases" in result.output
-    assert (out / "hosts.yml").is_file()
-    assert (out / "slurm" / "topology.conf").is_file()
+    assert (out / "generated" / "hosts.yml").is_file()
+    assert (out / "generated" / "slurm" / "topology.conf").is_file()
 
 
 def test_generate_bad_spec_writes_nothing(

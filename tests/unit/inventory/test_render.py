@@ -11,7 +11,7 @@ import hostlist
 import pytest
 import yaml
 
-from gpuforge.errors import OperationError
+from gpuforge.errors import InputError, OperationError
 from gpuforge.inventory import render
 from gpuforge.inventory.render import render_files, write_inventory
 from gpuforge.slurm.conf import nodes_conf, topology_conf
@@ -40,6 +40,7 @@ def test_lab_inventory_files(lab: Cluster, tmp_path: Path) -> None:
     written = write_inventory(lab, tmp_path / "inv")
     names = sorted(str(p.relative_to(tmp_path / "inv")) for p in written)
     assert names == [
+        ".gpuforge-generated",
         "group_vars/all.yml",
         "group_vars/nodetype_h100_sxm.yml",
         "group_vars/nodetype_service.yml",
@@ -119,17 +120,9 @@ def test_group_vars_carry_the_pins(lab: Cluster) -> None:
     }
 
 
-def test_extra_host_vars_are_added(lab: Cluster) -> None:
-    text = render.hosts_yml(lab, {"gpu01": {"ansible_host": "10.88.0.3"}})
-    hosts = yaml.safe_load(text)["all"]["hosts"]
-    assert hosts["gpu01"]["ansible_host"] == "10.88.0.3"
-    assert "ansible_host" not in hosts["gpu02"]
-
-
-def test_extra_host_vars_for_unknown_host_fail(lab: Cluster, tmp_path: Path) -> None:
-    with pytest.raises(OperationError, match="gpu99"):
-        write_inventory(lab, tmp_path / "inv", extra_host_vars={"gpu99": {"a": 1}})
-    assert not (tmp_path / "inv").exists()
+def test_hosts_yml_carries_no_connection_settings(lab: Cluster) -> None:
+    hosts = yaml.safe_load(render.hosts_yml(lab))["all"]["hosts"]
+    assert not [k for values in hosts.values() for k in values if k.startswith("ansible_")]
 
 
 def test_lab_nodes_conf(lab: Cluster) -> None:
@@ -229,7 +222,7 @@ def test_output_is_byte_identical(tmp_path: Path) -> None:
 
 def test_rewrite_replaces_the_directory_and_leaves_no_temp(lab: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "inv"
-    out.mkdir()
+    write_inventory(lab, out)
     (out / "stale.yml").write_text("old: true\n")
     write_inventory(lab, out)
     assert not (out / "stale.yml").exists()
@@ -261,3 +254,29 @@ def test_failed_write_leaves_the_old_inventory(
 def test_group_names_are_ansible_safe(lab: Cluster) -> None:
     names = render.groups(lab)
     assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in names)
+
+
+def test_a_directory_gpuforge_did_not_write_is_never_replaced(lab: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "inv"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me\n")
+    with pytest.raises(InputError, match="gpuforge did not write it"):
+        write_inventory(lab, out)
+    assert _read_tree(out) == {"mine.txt": b"keep me\n"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inv"]
+
+
+def test_an_empty_directory_is_written(lab: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "inv").mkdir()
+    write_inventory(lab, tmp_path / "inv")
+    assert (tmp_path / "inv" / ".gpuforge-generated").is_file()
+
+
+def test_a_directory_holding_the_spec_is_never_replaced(lab: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "inv"
+    write_inventory(lab, out)
+    spec = out / "lab.yaml"
+    spec.write_text(LAB.read_text())
+    with pytest.raises(InputError, match="holds the input"):
+        write_inventory(lab, out, protect=(spec,))
+    assert spec.read_text() == LAB.read_text()
