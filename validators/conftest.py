@@ -2,8 +2,9 @@
 
 Run from the operator machine::
 
+    ANSIBLE_INVENTORY=inventory/lab/generated,inventory/lab/site \
     pytest validators/ -c validators/pytest.ini --hosts=ansible://gpu_nodes \
-        --ansible-inventory=inventory/lab --gpuforge-results=build/conformance.json -n auto
+        --gpuforge-results=build/conformance.json -n auto
 
 Every test records one :class:`gpuforge.validate.result.CheckResult` (node = the inventory host
 name): an ``assert`` that fails is ``fail``; a tool that hangs, is missing or exits non-zero is
@@ -125,8 +126,10 @@ class Recorder:
     def check(self, name: str, outcome: Outcome, evidence: str = "", *, warn: bool = False) -> None:
         """Record ``outcome`` under check ``name`` and fail the test when it is not ok.
 
-        ``warn=True`` records a non-ok outcome as ``warn`` and lets the test pass.
+        ``warn=True`` (or an outcome that is ``warn_only``) records a non-ok outcome as
+        ``warn`` and lets the test pass.
         """
+        warn = warn or outcome.warn_only
         self.item.user_properties.append(
             (
                 _RECORD,

@@ -8,6 +8,8 @@ gpu-burn's exit status is never trusted: it exits 0 with FAULTY GPUs.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 import threading
 import time
@@ -18,7 +20,7 @@ from typing import Any
 
 from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
-from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.result import CheckResult, Status, Tier, excerpt
 from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
 
 #: Seconds ``dcgmi diag -r N`` may take (roles/dcgm defaults ``dcgm_diag_timeouts``).
@@ -62,49 +64,110 @@ def _not_concluded(node: str, check: str, res: CommandResult, expected: str) -> 
     return None
 
 
-def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> CheckResult:
-    """``dcgmi diag -r <level> -j``: fail on any failed test, warn on warnings."""
+def dcgm_check_name(test: str, gpus: Sequence[int]) -> str:
+    """The check name of a failed DCGM test: ``PCIe`` on GPU 2 -> ``dcgm.pcie[gpu2]``."""
+    slug = re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_") or "test"
+    return f"dcgm.{slug}" + (f"[{','.join(f'gpu{g}' for g in gpus)}]" if gpus else "")
+
+
+def _explanations(test: dcgmi.DiagTest, gpus: Sequence[int]) -> list[str]:
+    """DCGM's own words for a failed test: errors and warnings (else info) naming ``gpus``."""
+    said = [*test.errors, *test.warnings] or list(test.info)
+    mine = [m for m in said if any(re.search(rf"\bGPU {g}\b", m) for g in gpus)]
+    return list(dict.fromkeys(mine or said))
+
+
+def _needles(messages: Sequence[str], raw: str) -> list[str]:
+    """Strings that find each message in the raw output: JSON escapes it, the table wraps it."""
+    out = []
+    for m in messages:
+        head = m[:40]
+        out.append(head if head in raw else json.dumps(m)[1:41])
+    return out
+
+
+def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResult]:
+    """``dcgmi diag -r <level> -j``: one ``fail`` per failed test, named by test and GPU.
+
+    A failed test becomes ``dcgm.<test>[gpuN]`` (what the Slurm reason and the report show),
+    with DCGM's explanation as the message and the evidence cut around it. Without a failed
+    test the run is one ``burnin.dcgm_diag_r<level>`` result: pass, warn on warnings, fail on
+    an error DCGM did not tie to a test, error (held) when it could not run.
+    """
     check = f"burnin.dcgm_diag_r{level}"
     expected = "every test Pass or Skip"
     res = runner.run(node, f"dcgmi diag -r {level} -j", timeout=DCGM_TIMEOUTS.get(level, 3600))
     early = _not_concluded(node, check, res, expected)
     if early:
-        return early
+        return [early]
     try:
         diag = dcgmi.parse(res.stdout or res.stderr)
     except Exception as exc:  # unreadable output is inconclusive
-        return CheckResult(
-            status=Status.ERROR,
-            expected=expected,
-            message=f"unreadable dcgmi output: {exc}",
-            **_base(node, check, res),
-        )
+        return [
+            CheckResult(
+                status=Status.ERROR,
+                expected=expected,
+                message=f"unreadable dcgmi output: {exc}",
+                **_base(node, check, res),
+            )
+        ]
     if not diag.completed:
-        return CheckResult(
-            status=Status.ERROR,
-            measured="not completed",
-            expected=expected,
-            message="; ".join(diag.errors) or "dcgmi could not run the diagnostic",
-            **_base(node, check, res),
+        return [
+            CheckResult(
+                status=Status.ERROR,
+                measured="not completed",
+                expected=expected,
+                message="; ".join(diag.errors) or "dcgmi could not run the diagnostic",
+                **_base(node, check, res),
+            )
+        ]
+    raw = res.evidence()
+    failed: list[CheckResult] = []
+    for t in diag.failed:
+        gpus = sorted({r.gpu for r in t.results if r.status == "Fail" and r.gpu is not None})
+        said = _explanations(t, gpus)
+        if not gpus:  # a deployment test reports no GPU; its message often names one
+            found = {int(g) for m in said for g in re.findall(r"\bGPU (\d+)\b", m)}
+            gpus = sorted(found)
+        on = f" on GPU {','.join(str(g) for g in gpus)}" if gpus else ""
+        failed.append(
+            CheckResult(
+                node=node,
+                check=dcgm_check_name(t.name, gpus),
+                status=Status.FAIL,
+                measured=f"{t.category} / {t.name}: Fail{on}",
+                expected=f"Pass in dcgmi diag -r {level}",
+                evidence=excerpt(
+                    raw, [f'"{t.name}"', f"| {t.name} ", *_needles(said, raw), *diag.errors[:2]]
+                ),
+                duration_s=res.duration_s,
+                tier=Tier.BURNIN,
+                message=("; ".join(said) or f"DCGM gave no explanation for {t.name}")[:500],
+            )
         )
-    failed = [
-        f"{t.name}(GPU {','.join(str(r.gpu) for r in t.results if r.status == 'Fail') or '?'})"
-        for t in diag.failed
-    ]
+    if failed:
+        return failed
     warned = [t.name for t in diag.tests if t.status == "Warn"]
-    if failed or diag.errors:
-        status, measured = Status.FAIL, "; ".join(failed + list(diag.errors))
+    if diag.errors:
+        status, measured = Status.FAIL, "; ".join(diag.errors)
     elif warned:
         status, measured = Status.WARN, "warn: " + ", ".join(warned)
     else:
         status, measured = Status.PASS, f"{len(diag.tests)} tests passed"
-    return CheckResult(
-        status=status,
-        measured=measured,
-        expected=expected,
-        message="; ".join(e for t in diag.failed for e in t.errors)[:500],
-        **_base(node, check, res),
-    )
+    said = [m for t in diag.tests if t.status == "Warn" for m in (*t.errors, *t.warnings)]
+    return [
+        CheckResult(
+            node=node,
+            check=check,
+            status=status,
+            measured=measured,
+            expected=expected,
+            evidence=excerpt(raw, [*_needles(said, raw), *diag.errors[:2]]),
+            duration_s=res.duration_s,
+            tier=Tier.BURNIN,
+            message="; ".join([*diag.errors, *said])[:500],
+        )
+    ]
 
 
 def gpu_burn_command(seconds: int, binary: str = "gpu_burn", *, doubles: bool = False) -> str:
@@ -164,19 +227,29 @@ def gpu_burn_check(
             **_base(node, check, res),
         )
     ]
-    rates = [g.gflops for g in burn.gpus if g.gflops is not None]
+    rates = {g.index: g.gflops for g in burn.gpus if g.gflops is not None}
     if rates:
-        low = min(rates)
+        slowest = min(rates, key=lambda i: rates[i])
+        low = rates[slowest]
         ok = min_gflops is None or low >= min_gflops
+        expected_text = "no SKU floor: the peer comparison judges it"
+        message = ""
+        if min_gflops is not None:
+            expected_text = f">= {min_gflops:g} Gflop/s (SKU floor)"
+            if not ok:
+                short = 1 - low / min_gflops
+                message = f"GPU {slowest}: {low:g} Gflop/s, {short:.0%} below the SKU floor"
         out.append(
             CheckResult(
                 node=node,
                 check="burnin.gpu_burn.min_gflops",
                 status=Status.PASS if ok else Status.FAIL,
                 measured=round(low, 1),
-                expected=f">= {min_gflops}" if min_gflops else "within peers",
-                evidence=", ".join(f"GPU {g.index}: {g.gflops}" for g in burn.gpus),
+                expected=expected_text,
+                evidence=", ".join(f"GPU {i}: {v}" for i, v in rates.items()),
+                duration_s=res.duration_s,
                 tier=Tier.BURNIN,
+                message=message,
             )
         )
     return out
@@ -259,6 +332,7 @@ def ib_write_bw_rail(
     rate_gbps: float,
     make_pair: Callable[[str, str, int], RailPair],
     max_rounds: int = 6,
+    references: Sequence[str] = (),
 ) -> list[CheckResult]:
     """Test ``nodes`` on one rail in rounds of disjoint pairs, and name the slow ones.
 
@@ -270,24 +344,35 @@ def ib_write_bw_rail(
     be formed, or after ``max_rounds``. A node still unresolved is an error (held, not drained):
     nothing it was paired with could tell which side was slow. ``make_pair(server, client,
     round)`` builds a pair; each node is in at most one pair per round.
+
+    ``references`` are nodes already admitted (known good, idle): they count as passed from the
+    start, so an odd node out is paired with one in round 1 and a node whose batch partners all
+    fell below the floor meets one next; batch nodes that passed are asked first. References get
+    no result of their own.
     """
     floor = ib_write_bw_floor_gbps(rate_gbps)
+    known = [r for r in references if r not in set(nodes)]
     cleared: dict[str, PairResult] = {}  # node -> a result at the floor
-    below: dict[str, list[PairResult]] = {n: [] for n in nodes}  # node -> its results below
+    below: dict[str, list[PairResult]] = {n: [] for n in [*nodes, *known]}
     met: set[frozenset[str]] = set()
 
     def partner(r: PairResult, node: str) -> str:
         return r.pair.client if r.pair.server == node else r.pair.server
 
+    def good(node: str) -> bool:
+        return node in cleared or node in known
+
     def condemning(node: str) -> PairResult | None:
-        """A result below the floor with a partner that passed elsewhere."""
-        hits = [r for r in below[node] if r.gbps >= 0 and partner(r, node) in cleared]
+        """A result below the floor with a partner that passed elsewhere (or is admitted)."""
+        hits = [r for r in below[node] if r.gbps >= 0 and good(partner(r, node))]
         return hits[0] if hits else None
 
     def unresolved() -> list[str]:
         return [n for n in nodes if n not in cleared and condemning(n) is None]
 
     pairs = [make_pair(nodes[i], nodes[i + 1], 1) for i in range(0, len(nodes) - 1, 2)]
+    if len(nodes) % 2 and known:
+        pairs.append(make_pair(known[0], nodes[-1], 1))
     for round_no in range(1, max_rounds + 1):
         if not pairs:
             break
@@ -299,7 +384,8 @@ def ib_write_bw_rail(
                         cleared.setdefault(node, r)
                     else:
                         below[node].append(r)
-        pairs = _next_pairs(unresolved(), list(cleared), met, round_no + 1, make_pair)
+        refs = [n for n in cleared if n not in known] + known
+        pairs = _next_pairs(unresolved(), refs, met, round_no + 1, make_pair)
 
     out: list[CheckResult] = []
     for node in nodes:
@@ -308,9 +394,13 @@ def ib_write_bw_rail(
             msg = f"at the floor with {partner(r, node)}" if below[node] else ""
             out.append(_ib_result(node, r, floor, Status.PASS, msg))
         elif (r_bad := condemning(node)) is not None:
-            good = partner(r_bad, node)
-            witness = partner(cleared[good], good)
-            msg = f"below the floor with {good}, which reached it with {witness}"
+            mate = partner(r_bad, node)
+            how = (
+                f"which reached it with {partner(cleared[mate], mate)}"
+                if mate in cleared
+                else "an admitted node"
+            )
+            msg = f"below the floor with {mate}, {how}"
             out.append(_ib_result(node, r_bad, floor, Status.FAIL, msg))
         elif below[node]:
             r = below[node][-1]

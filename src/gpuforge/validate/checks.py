@@ -50,6 +50,8 @@ class Outcome:
     measured: str | int | float | None
     expected: str | int | float | None
     detail: str = ""
+    #: Not ok, but only worth a warning (the fact may have a benign cause the check cannot see).
+    warn_only: bool = False
 
     def explain(self) -> str:
         """The assertion message: measured, expected and why."""
@@ -150,28 +152,47 @@ def persistence_enabled(report: NvidiaSmiReport) -> Outcome:
     return Outcome(ok, ",".join(sorted(set(modes))), "Enabled")
 
 
+def _idle(g: GpuInfo) -> bool:
+    return any(
+        r.lower().replace("_", " ") in ("gpu idle", "idle") for r in g.clocks_event_reasons_active
+    )
+
+
 def pcie_link(
     report: NvidiaSmiReport, *, gen: int | None = None, width: int | None = None
 ) -> Outcome:
-    """Every GPU's PCIe link runs at its maximum (or the given) generation and width.
+    """Every GPU's PCIe link runs at the expected generation and width.
 
-    Idle GPUs drop their link generation to save power, so generation is compared to ``gen``
-    when given (the topology's), else to the device maximum only when the GPU is busy; width never
-    drops on a healthy link.
+    ``gen``/``width`` are the node type's (topology, else the SKU's); without them the device
+    maximum is the expectation. A link below either fails, except one thing: a GPU that reports
+    itself idle may lower its link generation to save power, so an idle GPU whose link is
+    capable of ``gen`` (max) but runs below it now is a warning (``warn_only``): DCGM's PCIe
+    test checks it again under load. A maximum below ``gen`` (a slot or riser that cannot train
+    to it) always fails.
     """
-    bad = []
-    seen = []
+    bad: list[str] = []
+    idle_low: list[str] = []
+    seen: list[str] = []
     for i, g in enumerate(report.gpus):
+        label = _gpu_label(g, i)
         want_w = width or g.pcie_width_max
-        cur = (g.pcie_gen_current, g.pcie_width_current)
-        seen.append(f"gen{cur[0]}x{cur[1]}")
-        if want_w and g.pcie_width_current and g.pcie_width_current < want_w:
-            bad.append(f"{_gpu_label(g, i)} x{g.pcie_width_current}<x{want_w}")
-        want_g = gen or None
-        if want_g and g.pcie_gen_max and g.pcie_gen_max < want_g:
-            bad.append(f"{_gpu_label(g, i)} max gen{g.pcie_gen_max}<gen{want_g}")
+        want_g = gen or g.pcie_gen_max
+        cur_g, cur_w = g.pcie_gen_current, g.pcie_width_current
+        seen.append(f"gen{cur_g}x{cur_w}")
+        if want_w and cur_w and cur_w < want_w:
+            bad.append(f"{label} x{cur_w}<x{want_w}")
+        if gen and g.pcie_gen_max and g.pcie_gen_max < gen:
+            bad.append(f"{label} max gen{g.pcie_gen_max}<gen{gen}")
+        elif want_g and cur_g and cur_g < want_g:
+            (idle_low if _idle(g) else bad).append(f"{label} gen{cur_g}<gen{want_g}")
     exp = f"gen{gen or 'max'} x{width or 'max'}"
-    return Outcome(not bad and bool(seen), ",".join(sorted(set(seen))), exp, "; ".join(bad))
+    measured = ",".join(sorted(set(seen)))
+    if bad or not seen:
+        return Outcome(False, measured, exp, "; ".join(bad + idle_low))
+    if idle_low:
+        detail = "; ".join(idle_low) + " while idle (power saving?); DCGM's PCIe test runs loaded"
+        return Outcome(False, measured, exp, detail, warn_only=True)
+    return Outcome(True, measured, exp)
 
 
 def no_throttling(report: NvidiaSmiReport) -> Outcome:
@@ -186,6 +207,94 @@ def no_throttling(report: NvidiaSmiReport) -> Outcome:
         if active:
             bad.append(f"{_gpu_label(g, i)}: {', '.join(active)}")
     return Outcome(not bad, "; ".join(bad) or "none", "idle or power cap only")
+
+
+#: Fields of one power-cap sample (``nvidia-smi --query-gpu=... --format=csv``). The
+#: ``clocks_throttle_reasons`` spelling is the one every driver since R418 accepts (R535 added
+#: ``clocks_event_reasons`` and kept the old name).
+POWER_QUERY = (
+    "index,pci.bus_id,clocks_throttle_reasons.sw_power_cap,utilization.gpu,clocks.current.sm,"
+    "clocks.max.sm,power.draw,enforced.power.limit,power.default_limit"
+)
+#: A GPU busier than this may sit at its power cap legitimately.
+POWER_CAP_LIGHT_LOAD_PCT = 50.0
+#: Below this fraction of its maximum SM clock, a GPU at its power cap is held down, not capped.
+POWER_CAP_CLOCK_FRACTION = 0.9
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    m = re.match(r"\s*(-?\d+(?:\.\d+)?)", str(value or ""))
+    return float(m.group(1)) if m else None
+
+
+def power_cap_held(samples: Sequence[NvidiaSmiCsv]) -> Outcome:
+    """No GPU is held at its power cap under a light load (every sample of ``POWER_QUERY``).
+
+    A GPU working hard sits at its power cap by design ("SW Power Cap" active, clocks a little
+    down). A GPU with that reason active in *every* sample while it is lightly loaded (GPU
+    utilization below ``POWER_CAP_LIGHT_LOAD_PCT``) and its SM clock below
+    ``POWER_CAP_CLOCK_FRACTION`` of its maximum is held there: a lowered power limit, a faulty
+    power sensor or a board-level cap. The enforced limit is reported when it is below the
+    default limit, as the likely cause.
+    """
+    if not samples or not all(s.rows for s in samples):
+        return Outcome(False, "no samples", "samples of every GPU", "nvidia-smi printed no rows")
+    per_gpu: dict[str, list[dict[str, object]]] = {}
+    for sample in samples:
+        for row in sample.rows:
+            key = str(row.values.get("pci.bus_id") or row.values.get("index"))
+            per_gpu.setdefault(key, []).append(dict(row.values))
+    held = []
+    for key, rows in per_gpu.items():
+        capped = [
+            str(
+                r.get("clocks_throttle_reasons.sw_power_cap")
+                or r.get("clocks_event_reasons.sw_power_cap")
+                or ""
+            ).strip()
+            for r in rows
+        ]
+        if len(rows) < len(samples) or not all(c == "Active" for c in capped):
+            continue
+        util = [_num(r.get("utilization.gpu")) for r in rows]
+        sm = [_num(r.get("clocks.current.sm")) for r in rows]
+        sm_max = _num(rows[-1].get("clocks.max.sm")) or 0.0
+        light = all(u is not None and u < POWER_CAP_LIGHT_LOAD_PCT for u in util)
+        slow = sm_max > 0 and all(
+            c is not None and c < POWER_CAP_CLOCK_FRACTION * sm_max for c in sm
+        )
+        if not (light and slow):
+            continue
+        limit = _num(rows[-1].get("enforced.power.limit"))
+        default = _num(rows[-1].get("power.default_limit"))
+        draw = _num(rows[-1].get("power.draw"))
+        text = (
+            f"GPU {rows[-1].get('index')} ({key}): SW Power Cap in {len(rows)}/{len(rows)} "
+            f"samples at {max(u or 0 for u in util):.0f}% load, "
+            f"SM {min(c or 0 for c in sm):.0f}/{sm_max:.0f} MHz"
+        )
+        if draw is not None and limit is not None:
+            text += f", {draw:.0f} W of {limit:.0f} W"
+        if limit is not None and default and limit < 0.98 * default:
+            text += f" (limit lowered from the default {default:.0f} W)"
+        held.append(text)
+    expected = (
+        f"no GPU at its power cap below {POWER_CAP_LIGHT_LOAD_PCT:.0f}% load and "
+        f"{POWER_CAP_CLOCK_FRACTION:.0%} of its max SM clock"
+    )
+    return Outcome(not held, "; ".join(held) or "none held", expected, "; ".join(held))
+
+
+def split_csv_samples(text: str) -> list[str]:
+    """Split repeated ``--format=csv`` outputs (each starting with its header line) apart."""
+    out: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("index,") or line.startswith("index, ") or not out:
+            out.append([])
+        out[-1].append(line)
+    return ["\n".join(block) for block in out if any(b.strip() for b in block)]
 
 
 def nvlink_all_up(status: NvlinkStatus, *, gpus: int, links_per_gpu: int | None = None) -> Outcome:

@@ -9,8 +9,6 @@ collective) is injected, so the whole pipeline runs in unit tests against fakes.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +19,7 @@ import hostlist
 
 from gpuforge.command import CommandRunner, SshRunner
 from gpuforge.errors import InputError
+from gpuforge.inventory.reader import ClusterView
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import burnin, nccl
@@ -39,121 +38,12 @@ from gpuforge.validate.verdict import not_run, peer_results
 _LEVELS = (Tier.QUICK, Tier.BURNIN, Tier.FULL)
 
 
-def ansible_hostvars(inventory: Path, timeout: float = 300.0) -> dict[str, Any]:
-    """``ansible-inventory --list`` (host and group variables merged); InputError if it fails."""
-    try:
-        proc = subprocess.run(
-            ["ansible-inventory", "-i", str(inventory), "--list"],
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"cannot read inventory {inventory}: {exc}") from exc
-    if proc.returncode != 0:
-        raise InputError(f"ansible-inventory failed on {inventory}: {proc.stderr.decode()[-500:]}")
-    data: dict[str, Any] = json.loads(proc.stdout)
-    return data
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """What validation reads from a generated inventory directory."""
-
-    path: Path
-    topology: Mapping[str, Any]
-    inventory: Mapping[str, Any]  # ``ansible-inventory --list`` output
-
-    @classmethod
-    def load(
-        cls, path: Path, hostvars: Callable[[Path], dict[str, Any]] = ansible_hostvars
-    ) -> ClusterView:
-        """Read ``topology.json`` and the inventory's variables; InputError when unusable."""
-        topo_file = path / "topology.json"
-        if not topo_file.is_file():
-            raise InputError(f"{path} is not a gpuforge inventory (no topology.json)")
-        try:
-            topology = json.loads(topo_file.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(f"{topo_file}: {exc}") from exc
-        return cls(path, topology, hostvars(path))
-
-    @property
-    def gpu_nodes(self) -> list[str]:
-        """GPU nodes in cluster order."""
-        return [n["hostname"] for n in self.topology.get("nodes", []) if n.get("role") == "gpu"]
-
-    def node(self, name: str) -> Mapping[str, Any]:
-        """The topology record of ``name``."""
-        for n in self.topology.get("nodes", []):
-            if n["hostname"] == name:
-                return dict(n)
-        raise InputError(f"{name} is not in {self.path}/topology.json")
-
-    def hostvars(self, name: str) -> dict[str, Any]:
-        """Merged variables of ``name`` (empty when the inventory listing has none)."""
-        meta = self.inventory.get("_meta", {}).get("hostvars", {})
-        return dict(meta.get(name, {}))
-
-    def select(self, *, limit: str | None = None, phase: int | None = None) -> list[str]:
-        """The GPU nodes to validate: a hostlist, a phase, or (neither) every GPU node."""
-        gpu = self.gpu_nodes
-        if limit:
-            try:
-                wanted = hostlist.expand_hostlist(limit)
-            except hostlist.BadHostlist as exc:
-                raise InputError(f"bad --limit {limit!r}: {exc}") from exc
-            unknown = sorted(set(wanted) - set(gpu))
-            if unknown:
-                raise InputError(f"not GPU nodes of this inventory: {', '.join(unknown[:10])}")
-            return [n for n in gpu if n in set(wanted)]
-        if phase is not None:
-            chosen = [n for n in gpu if int(self.node(n).get("phase", 0)) == phase]
-            if not chosen:
-                raise InputError(f"phase {phase} has no GPU nodes")
-            return chosen
-        return gpu
-
-    def controller(self) -> str:
-        """The first Slurm controller."""
-        ctl = self.inventory.get("slurm_controllers", {}).get("hosts") or [
-            n["hostname"] for n in self.topology.get("nodes", []) if n.get("role") == "controller"
-        ]
-        if not ctl:
-            raise InputError("no Slurm controller in the inventory")
-        return str(ctl[0])
-
-    def rails(self, name: str) -> list[dict[str, Any]]:
-        """``[{rail, device, netdev, address, leaf, port}, ...]`` of ``name``."""
-        fields = self.topology.get("rail_fields") or [
-            "rail",
-            "device",
-            "netdev",
-            "address",
-            "leaf",
-            "port",
-        ]
-        return [dict(zip(fields, row, strict=False)) for row in self.node(name).get("rails", [])]
-
-    def fabric_node(self, name: str) -> nccl.FabricNode:
-        """Leaves and devices of ``name``, for the NCCL plan."""
-        rails = self.rails(name)
-        return nccl.FabricNode(
-            name, tuple(str(r["leaf"]) for r in rails), tuple(str(r["device"]) for r in rails)
-        )
-
-    def placement(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Rack and SU of every node, for the heat map."""
-        return {n: {"rack": self.node(n).get("rack"), "su": self.node(n).get("su")} for n in names}
-
-    def node_type(self, name: str) -> dict[str, Any]:
-        """``gpu_node_type`` of ``name`` from the inventory."""
-        return dict(self.hostvars(name).get("gpu_node_type") or {})
-
-    @property
-    def rate_gbps(self) -> float:
-        """The fabric's port rate."""
-        return float(self.topology.get("fabric", {}).get("rate_gbps") or 400)
+def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
+    """Leaves and devices of ``name``, for the NCCL plan."""
+    rails = view.rails(name)
+    return nccl.FabricNode(
+        name, tuple(str(r["leaf"]) for r in rails), tuple(str(r["device"]) for r in rails)
+    )
 
 
 @dataclass
@@ -245,9 +135,13 @@ def _burnin(
 ) -> list[CheckResult]:
     def per_node(node: str) -> list[CheckResult]:
         nt = view.node_type(node)
-        out = [burnin.dcgm_diag(deps.runner, node, level=opts.dcgm_level)]
+        out = burnin.dcgm_diag(deps.runner, node, level=opts.dcgm_level)
         out += burnin.gpu_burn_check(
-            deps.runner, node, seconds=opts.gpu_burn_seconds, gpus=int(nt.get("gpus") or 8)
+            deps.runner,
+            node,
+            seconds=opts.gpu_burn_seconds,
+            gpus=int(nt.get("gpus") or 8),
+            min_gflops=_gpu_burn_floor(nt),
         )
         return out
 
@@ -258,14 +152,33 @@ def _burnin(
         for r in results
         if r.check == "burnin.gpu_burn.min_gflops" and isinstance(r.measured, int | float)
     }
-    results += peer_results("burnin.gpu_burn.min_gflops", gflops, unit="Gflop/s")
+    burn_floor = _gpu_burn_floor(view.node_type(nodes[0])) if nodes else None
+    if burn_floor is not None:
+        meta["floors"]["burnin.gpu_burn.min_gflops"] = burn_floor
+    results += peer_results(
+        "burnin.gpu_burn.min_gflops",
+        gflops,
+        unit="Gflop/s",
+        floor=f"the SKU floor {burn_floor:g} Gflop/s" if burn_floor else "",
+    )
     mins = burnin.node_min(results, "burnin.ib_write_bw[", "burnin.ib_write_bw.min")
     results += mins
     meta["floors"]["burnin.ib_write_bw.min"] = round(view.rate_gbps * 0.9, 1)
     results += peer_results(
-        "burnin.ib_write_bw.min", {r.node: float(r.measured or 0) for r in mins}, unit="Gb/s"
+        "burnin.ib_write_bw.min",
+        {r.node: float(r.measured or 0) for r in mins},
+        unit="Gb/s",
+        floor=f"the floor {meta['floors']['burnin.ib_write_bw.min']:g} Gb/s",
     )
     return results
+
+
+def _gpu_burn_floor(node_type: Mapping[str, Any]) -> float | None:
+    """The SKU's gpu-burn Gflop/s floor, None for a model without one (peers only)."""
+    try:
+        return for_sku(str(node_type.get("gpu_model") or "")).gpu_burn_min_gflops
+    except InputError:
+        return None
 
 
 def _ib_write_bw(view: ClusterView, nodes: Sequence[str], deps: Deps) -> list[CheckResult]:
@@ -318,7 +231,14 @@ def _nccl(
         for r in results
         if r.check == "nccl.allreduce_nvlink" and isinstance(r.measured, int | float)
     }
-    results += peer_results("nccl.allreduce_nvlink", busbw, unit="GB/s", tier=Tier.FULL)
+    nvlink_floor = meta["floors"].get("nccl.allreduce_nvlink")
+    results += peer_results(
+        "nccl.allreduce_nvlink",
+        busbw,
+        unit="GB/s",
+        tier=Tier.FULL,
+        floor=f"the SKU floor {nvlink_floor:g} GB/s" if nvlink_floor else "",
+    )
     ok = [n for n in nodes if decide(n, results).verdict is Verdict.ADMIT]
     if len(ok) < 2 or deps.collective is None:
         return results, []
@@ -333,7 +253,7 @@ def multinode_acceptance(
     collective: nccl.SrunCollective,
 ) -> tuple[list[CheckResult], list[Finding], int]:
     """The topology's multi-node plan, each failing test localized; returns runs used too."""
-    fabric = [view.fabric_node(n) for n in nodes]
+    fabric = [fabric_node(view, n) for n in nodes]
     leaf_of = {f.hostname: f.leaf_key for f in fabric}
     nics = min(len(f.leaves) for f in fabric)
     results: list[CheckResult] = []

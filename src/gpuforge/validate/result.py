@@ -21,6 +21,9 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 EVIDENCE_MAX = 2000
+#: Longest drain reason we set. Slurm stores any length, but ``sinfo -R`` and ``scontrol show
+#: node`` print it on one line, and our reasons must stay readable there.
+REASON_MAX = 200
 _ELISION = "\n[... {n} characters elided ...]\n"
 
 Measured = str | int | float | bool | None
@@ -63,6 +66,52 @@ def bound_evidence(text: str, limit: int = EVIDENCE_MAX) -> str:
     keep = max(limit - len(marker), 0)
     head = keep // 3
     return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+def excerpt(
+    text: str,
+    needles: Iterable[str],
+    limit: int = EVIDENCE_MAX,
+    *,
+    before: int = 8,
+    after: int = 2,
+) -> str:
+    """Cut ``text`` to ``limit`` characters around the lines that explain a result.
+
+    A tool's explanation (DCGM's "running at PCI link generation 3") sits in the middle of its
+    output, where :func:`bound_evidence`'s head-and-tail cut drops it. Here every line containing
+    one of ``needles`` is kept with ``before``/``after`` lines of context, plus the first and the
+    last lines; the rest is elided with the number of lines marked. The context shrinks until the
+    excerpt fits; if even the bare lines do not fit, they are cut at ``limit``.
+    """
+    wanted = [n for n in needles if n]
+    if len(text) <= limit or not wanted:
+        return bound_evidence(text, limit)
+    lines = text.splitlines()
+    hits = [i for i, line in enumerate(lines) if any(n in line for n in wanted)]
+    if not hits:
+        return bound_evidence(text, limit)
+    for b, a, edge in ((before, after, 3), (before // 2, after, 2), (1, 1, 1), (0, 0, 1)):
+        keep = set(range(edge)) | set(range(max(len(lines) - edge, 0), len(lines)))
+        for i in hits:
+            keep |= set(range(max(i - b, 0), min(i + a + 1, len(lines))))
+        out = _join_kept(lines, sorted(keep))
+        if len(out) <= limit:
+            return out
+    return bound_evidence(_join_kept(lines, hits), limit)
+
+
+def _join_kept(lines: list[str], keep: list[int]) -> str:
+    out: list[str] = []
+    last = -1
+    for i in keep:
+        if i > last + 1:
+            out.append(f"[... {i - last - 1} lines elided ...]")
+        out.append(lines[i])
+        last = i
+    if last < len(lines) - 1:
+        out.append(f"[... {len(lines) - 1 - last} lines elided ...]")
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -117,9 +166,19 @@ class NodeVerdict:
 
     @property
     def drain_reason(self) -> str:
-        """A Slurm drain reason naming the failed checks (Slurm keeps it short; so do we)."""
-        text = "gpuforge: failed " + ",".join(self.reasons)
-        return text if len(text) <= 200 else text[:197] + "..."
+        """A Slurm drain reason naming the failed checks, at most ``REASON_MAX`` characters.
+
+        Names are never cut in the middle: those that do not fit are counted (``+2 more``); the
+        report has them all.
+        """
+        head = "gpuforge: failed "
+        names = list(self.reasons)
+        for n in range(len(names), 0, -1):
+            more = len(names) - n
+            text = head + ",".join(names[:n]) + (f" +{more} more" if more else "")
+            if len(text) <= REASON_MAX:
+                return text
+        return (head + names[0])[: REASON_MAX - 3] + "..." if names else head.rstrip()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema ``SCHEMA_VERSION``)."""

@@ -25,6 +25,13 @@ ACCEPT_FRACTION = 0.85
 #: PCIe overheads while still catching a port trained at a lower speed or width.
 IB_WRITE_BW_FRACTION = 0.90
 
+#: gpu-burn (FP32 SGEMM, the default ``gpu_burn N``) floor per GPU as a fraction of the datasheet
+#: FP32 figure. No measured gpu-burn figure with a traceable source exists for these SKUs, so this
+#: one departs from the rule above: a healthy GPU's SGEMM reaches ~0.75-0.8 of the FP32 figure,
+#: a GPU held at its power cap or throttled ~0.5; 0.6 separates the two. Provisional: it only
+#: judges batches too small for the peer comparison, which stays the finer test.
+GPU_BURN_FRACTION = 0.6
+
 #: NCCL busbw one 400G NIC sustains in a cross-node all_reduce: 400 Gb/s = 50 GB/s raw; NVIDIA and
 #: cloud providers report ~46-48 GB/s per NDR NIC (e.g. 8x400G H100 nodes at 370-390 GB/s busbw;
 #: Voltage Park's public 4-node H100 run: 330.9 GB/s over 8 NICs). Per-GB of line rate:
@@ -41,13 +48,26 @@ class SkuThresholds:
     nvlink_allreduce_ref_gbs: float
     #: Where ``nvlink_allreduce_ref_gbs`` comes from.
     source: str
-    #: gpu-burn Gflop/s floor per GPU; None = rely on the peer comparison only.
-    gpu_burn_min_gflops: float | None = None
+    #: PCIe generation and width every GPU's link must train to (the SKU's host interface).
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    #: Datasheet FP32 (non-tensor) TFLOP/s of one GPU, which gpu-burn's SGEMM approaches;
+    #: None = no gpu-burn floor, the peer comparison only.
+    fp32_tflops: float | None = None
+    #: Where ``fp32_tflops`` comes from.
+    fp32_source: str = ""
 
     @property
     def nvlink_allreduce_floor_gbs(self) -> float:
         """8-GPU all_reduce busbw floor."""
         return round(self.nvlink_allreduce_ref_gbs * ACCEPT_FRACTION, 1)
+
+    @property
+    def gpu_burn_min_gflops(self) -> float | None:
+        """gpu-burn Gflop/s floor per GPU (``GPU_BURN_FRACTION`` of the FP32 figure), or None."""
+        if self.fp32_tflops is None:
+            return None
+        return round(self.fp32_tflops * 1000 * GPU_BURN_FRACTION, 0)
 
 
 SKUS: Mapping[str, SkuThresholds] = {
@@ -59,6 +79,8 @@ SKUS: Mapping[str, SkuThresholds] = {
         # NCCL >= 2.17 with Fabric Manager) is what reaches ~480; ring-only runs reach ~370-390.
         nvlink_allreduce_ref_gbs=480.0,
         source="Voltage Park 8x H100 SXM5 all_reduce 479.72 GB/s @ 8 GiB (NCCL 2.24.3, NVLS)",
+        fp32_tflops=66.9,
+        fp32_source="NVIDIA H100 SXM datasheet: 67 TFLOPS FP32 (66.9 in the Hopper whitepaper)",
     ),
     "H200-SXM-141GB": SkuThresholds(
         sku="H200-SXM-141GB",
@@ -68,6 +90,8 @@ SKUS: Mapping[str, SkuThresholds] = {
         # Same NVLink 4 / NVSwitch generation as H100, so the same reference.
         nvlink_allreduce_ref_gbs=477.0,
         source="8x H200 all_reduce 476.96 GB/s @ 8 GiB (NCCL 2.19.3, Azure ND H200 v5 doc)",
+        fp32_tflops=66.9,
+        fp32_source="NVIDIA H200 SXM datasheet: 67 TFLOPS FP32 (the H100 SXM5 die)",
     ),
     "A100-SXM-80GB": SkuThresholds(
         sku="A100-SXM-80GB",
@@ -77,6 +101,9 @@ SKUS: Mapping[str, SkuThresholds] = {
         # NVLink 3 is the same on the 40 GB and 80 GB SXM4 boards, so the reference carries over.
         nvlink_allreduce_ref_gbs=235.0,
         source="8x A100-SXM4 all_reduce ~235 GB/s @ 8 GiB (superbenchmark nccl_allreduce.log)",
+        pcie_gen=4,
+        fp32_tflops=19.5,
+        fp32_source="NVIDIA A100 datasheet: 19.5 TFLOPS FP32",
     ),
     "B200-SXM-180GB": SkuThresholds(
         sku="B200-SXM-180GB",
@@ -168,12 +195,19 @@ def robust_z(values: Mapping[str, float]) -> dict[str, float]:
     return {k: 0.6745 * (v - med) / scale for k, v in values.items()}
 
 
-def peer_scores(values: Mapping[str, float]) -> dict[str, PeerScore]:
-    """Score every node against the batch median; empty when there are fewer than PEER_MIN."""
-    if len(values) < PEER_MIN:
+def peer_scores(
+    values: Mapping[str, float], reference: Mapping[str, float] | None = None
+) -> dict[str, PeerScore]:
+    """Score every node of ``values`` against the median of ``values`` and ``reference``.
+
+    ``reference`` holds values of nodes already admitted (known good): they join the pool the
+    median and the MAD come from, but get no score. Empty when the pool has fewer than PEER_MIN.
+    """
+    pool = {**(reference or {}), **values}
+    if len(pool) < PEER_MIN:
         return {}
-    med = statistics.median(values.values())
-    zs = robust_z(values)
+    med = statistics.median(pool.values())
+    zs = robust_z(pool)
     out: dict[str, PeerScore] = {}
     for node, value in values.items():
         deficit = (med - value) / med if med > 0 else 0.0

@@ -13,21 +13,48 @@ from gpuforge.errors import GpuforgeError
 from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier, Verdict
-from gpuforge.validate.thresholds import PEER_FAIL_Z, PEER_WARN_Z, peer_scores
+from gpuforge.validate.thresholds import PEER_FAIL_Z, PEER_MIN, PEER_WARN_Z, peer_scores
 
 #: Reasons we set start with this; only nodes drained with such a reason (or none) are resumed.
 REASON_PREFIX = "gpuforge"
 
 
 def peer_results(
-    check: str, values: Mapping[str, float], *, unit: str, tier: Tier = Tier.BURNIN
+    check: str,
+    values: Mapping[str, float],
+    *,
+    unit: str,
+    tier: Tier = Tier.BURNIN,
+    reference: Mapping[str, float] | None = None,
+    floor: str = "",
 ) -> list[CheckResult]:
-    """One ``<check>.peer`` result per node: how far below the batch median it sits.
+    """One ``<check>.peer`` result per node of ``values``: how far below the median it sits.
 
-    Nothing is returned when the batch is too small for a meaningful median.
+    ``reference`` adds already-admitted nodes to the pool (not scored). When the pool is too
+    small for a meaningful median, every node gets a ``skip`` result that says so (and names
+    ``floor``, what the node was judged against instead), never a silent pass.
     """
     out: list[CheckResult] = []
-    for node, s in peer_scores(values).items():
+    scores = peer_scores(values, reference)
+    if not scores:
+        pool = len({**(reference or {}), **values})
+        why = f"no peer comparison ({pool} node{'s' if pool != 1 else ''}, {PEER_MIN} needed)"
+        if floor:
+            why += f"; judged against {floor} only"
+        return [
+            CheckResult(
+                node=node,
+                check=f"{check}.peer",
+                status=Status.SKIP,
+                measured=round(value, 2),
+                expected=f"{PEER_MIN} or more identical nodes",
+                tier=tier,
+                message=why,
+            )
+            for node, value in values.items()
+        ]
+    admitted = f", {len(reference)} admitted nodes among them" if reference else ""
+    for node, s in scores.items():
         out.append(
             CheckResult(
                 node=node,
@@ -35,8 +62,8 @@ def peer_results(
                 status=s.status,
                 measured=round(s.value, 2),
                 expected=(
-                    f"within peers: median {s.median:.1f} {unit}; warn at z <= -{PEER_WARN_Z}, "
-                    f"fail at z <= -{PEER_FAIL_Z} (modified z, MAD)"
+                    f"within peers: median {s.median:.1f} {unit}{admitted}; warn at "
+                    f"z <= -{PEER_WARN_Z}, fail at z <= -{PEER_FAIL_Z} (modified z, MAD)"
                 ),
                 evidence=f"modified z={s.z:+.2f}, {s.deficit * 100:.1f}% below the median",
                 tier=tier,

@@ -17,7 +17,7 @@ def test_dcgm_level_by_phase() -> None:
 
 def test_dcgm_pass_real_a100_r2(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi diag -r 2", real("dcgmi/awsome-p4de-a100-80gb-dcgmi-diag-r2-pass.txt"))
-    r = burnin.dcgm_diag(fake, "n1", level=2)
+    [r] = burnin.dcgm_diag(fake, "n1", level=2)
     assert r.status is Status.PASS, r
     assert r.check == "burnin.dcgm_diag_r2"
     assert fake.calls[0][2] == 600
@@ -26,30 +26,33 @@ def test_dcgm_pass_real_a100_r2(fake: FakeRunner) -> None:
 def test_dcgm_targeted_power_fail_names_gpu(fake: FakeRunner) -> None:
     text = real("dcgmi/idx25468481308-a10g-4gpu-dcgmi-diag-extended-targeted-power-fail.txt")
     fake.on("n1", "dcgmi diag -r 3", text, rc=226)
-    r = burnin.dcgm_diag(fake, "n1", level=3)
+    [r] = burnin.dcgm_diag(fake, "n1", level=3)
     assert r.status is Status.FAIL
+    assert r.check == "dcgm.targeted_power[gpu1]"
     assert "Targeted Power" in str(r.measured)
-    assert "1" in str(r.measured)
-    assert r.evidence
+    assert "GPU 1" in str(r.measured)
+    # DCGM's own explanation, from the Warning row (the table wraps it mid-word)
+    assert r.message.startswith("GPU 1 Max power of 224.1 did not reach")
+    assert "GPU 1 Max power of 224.1 did not reach desire" in r.evidence
 
 
 def test_dcgm_json_real_t4_pass(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi diag", real("dcgmi/virtualclient-t4-dcgmi-diag-r3-j.json.txt"))
-    assert burnin.dcgm_diag(fake, "n1", level=3).status is Status.PASS
+    assert [r.status for r in burnin.dcgm_diag(fake, "n1", level=3)] == [Status.PASS]
 
 
 def test_dcgm_could_not_run_is_inconclusive(fake: FakeRunner) -> None:
     fake.on(
         "n1", "dcgmi diag", real("dcgmi/dcgm-issue94-a100-80gb-pcie-mig-incompatible-error.txt")
     )
-    r = burnin.dcgm_diag(fake, "n1", level=2)
+    [r] = burnin.dcgm_diag(fake, "n1", level=2)
     assert r.status in (Status.ERROR, Status.FAIL)
     assert r.status is not Status.PASS
 
 
 def test_dcgm_hang_is_a_failure_with_evidence(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi diag", "Running...", rc=124, timed_out=True)
-    r = burnin.dcgm_diag(fake, "n1", level=3)
+    [r] = burnin.dcgm_diag(fake, "n1", level=3)
     assert r.status is Status.FAIL
     assert r.measured == "hung"
     assert "timed out" in r.evidence
@@ -57,7 +60,8 @@ def test_dcgm_hang_is_a_failure_with_evidence(fake: FakeRunner) -> None:
 
 def test_dcgm_unreachable_is_error(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi", "", rc=255, stderr="ssh: connect to host n1: No route to host")
-    assert burnin.dcgm_diag(fake, "n1", level=2).status is Status.ERROR
+    [r] = burnin.dcgm_diag(fake, "n1", level=2)
+    assert r.status is Status.ERROR
 
 
 def test_gpu_burn_real_healthy(fake: FakeRunner) -> None:
@@ -180,3 +184,31 @@ def test_ib_write_bw_rail_two_slow_nodes_among_eight() -> None:
     status = _rail(_slow_nodes("b", "g"), "abcdefgh")
     assert {n for n, s in status.items() if s is Status.FAIL} == {"b", "g"}
     assert {n for n, s in status.items() if s is Status.PASS} == set("acdefh")
+
+
+def test_ib_write_bw_rail_admitted_nodes_resolve_a_node_whose_partners_all_failed() -> None:
+    # a, b, c are slow; d met them all and cannot tell. Before: d was held (no partner passed).
+    slow = {frozenset((x, y)): 150.0 for x in "abc" for y in "abcdxy" if x != y}
+    batch = list("abcd")
+    before = ib_write_bw_rail(_synthetic(slow), batch, rate_gbps=400, make_pair=_make_pair)
+    assert {r.node: r.status for r in before}["d"] is Status.ERROR
+    after = ib_write_bw_rail(
+        _synthetic(slow), batch, rate_gbps=400, make_pair=_make_pair, references=["x", "y"]
+    )
+    status = {r.node: r.status for r in after}
+    assert status == {"a": Status.FAIL, "b": Status.FAIL, "c": Status.FAIL, "d": Status.PASS}
+    assert "admitted node" in next(r.message for r in after if r.node == "a")
+
+
+def test_ib_write_bw_rail_odd_node_out_meets_an_admitted_node_in_round_one() -> None:
+    seen: list[RailPair] = []
+
+    def run(p: RailPair) -> PairResult:
+        seen.append(p)
+        return _synthetic({})(p)
+
+    res = ib_write_bw_rail(run, list("abc"), rate_gbps=400, make_pair=_make_pair, references=["z"])
+    assert {r.node: r.status for r in res} == dict.fromkeys("abc", Status.PASS)
+    first = [(p.server, p.client) for p in seen if p.port == 18516]
+    assert ("z", "c") in first
+    assert all(r.node != "z" for r in res)  # admitted nodes get no result of their own

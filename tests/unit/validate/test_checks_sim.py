@@ -143,3 +143,78 @@ def test_ib_port_faults(outputs: dict[str, dict[str, str]]) -> None:
     assert not ports["mlx5_1"].ok  # polling
     assert not ports["mlx5_2"].ok  # 200 Gb/s
     assert ports["mlx5_4"].ok
+
+
+# --- PCIe generation, power cap (issue 22: faults only DCGM used to see) ---------------------
+
+
+def _xml_of(tmp_path: Path, faults: list[dict[str, object]]) -> nvidia_smi_xml.NvidiaSmiReport:
+    from simlab import run_tool, state  # noqa: PLC0415
+
+    proc = run_tool(state(faults, "gpu001", tmp_path), "nvidia-smi", "-q", "-x")
+    return nvidia_smi_xml.parse(proc.stdout)
+
+
+def test_pcie_generation_below_the_node_type_fails(tmp_path: Path) -> None:
+    fault = {"node": "gpu001", "kind": "pcie_downtrained", "gpu": 2, "gen": 3, "width": 16}
+    report = _xml_of(tmp_path, [fault])
+    # before, only the width was compared, so gen 3 x16 passed; now the generation counts too,
+    # against the node type's, or (without one) the device's maximum
+    assert not checks.pcie_link(report).ok
+    outcome = checks.pcie_link(report, gen=5, width=16)
+    assert not outcome.ok
+    assert not outcome.warn_only
+    assert "00000000:3A:00.0 gen3<gen5" in outcome.detail
+    assert checks.pcie_link(_xml_of(tmp_path, []), gen=5, width=16).ok
+
+
+def test_pcie_width_below_the_node_type_fails(tmp_path: Path) -> None:
+    fault = {"node": "gpu001", "kind": "pcie_downtrained", "gpu": 0, "gen": 5, "width": 8}
+    outcome = checks.pcie_link(_xml_of(tmp_path, [fault]), gen=5, width=16)
+    assert not outcome.ok
+    assert "x8<x16" in outcome.detail
+
+
+def _power_samples(tmp_path: Path, faults: list[dict[str, object]], n: int = 3) -> list[object]:
+    from simlab import run_tool, state  # noqa: PLC0415
+
+    st = state(faults, "gpu001", tmp_path)
+    text = "".join(
+        run_tool(st, "nvidia-smi", f"--query-gpu={checks.POWER_QUERY}", "--format=csv").stdout
+        for _ in range(n)
+    )
+    return [nvidia_smi_csv.parse(block) for block in checks.split_csv_samples(text)]
+
+
+def test_gpu_held_at_its_power_cap_is_a_finding(tmp_path: Path) -> None:
+    fault = {"node": "gpu001", "kind": "throttle", "gpu": 4, "reason": "power"}
+    samples = _power_samples(tmp_path, [fault])
+    assert len(samples) == 3
+    outcome = checks.power_cap_held(samples)  # type: ignore[arg-type]
+    assert not outcome.ok
+    assert outcome.detail.startswith("GPU 4 (00000000:9A:00.0): SW Power Cap in 3/3 samples")
+    # the throttle check alone still calls a power cap benign
+    xml = _xml_of(tmp_path, [fault])
+    assert checks.no_throttling(xml).ok
+
+
+def test_healthy_gpus_are_not_held_at_a_power_cap(tmp_path: Path) -> None:
+    assert checks.power_cap_held(_power_samples(tmp_path, [])).ok  # type: ignore[arg-type]
+
+
+def test_idle_gpu_below_its_generation_is_only_a_warning(tmp_path: Path) -> None:
+    from dataclasses import replace  # noqa: PLC0415
+
+    fault = {"node": "gpu001", "kind": "pcie_downtrained", "gpu": 2, "gen": 3, "width": 16}
+    report = _xml_of(tmp_path, [fault])
+    idle = replace(
+        report,
+        gpus=tuple(replace(g, clocks_event_reasons_active=("gpu_idle",)) for g in report.gpus),
+    )
+    outcome = checks.pcie_link(idle, gen=5, width=16)
+    assert not outcome.ok
+    assert outcome.warn_only
+    assert "while idle" in outcome.detail
+    # a link that cannot reach the generation at all fails even when idle
+    capped = replace(idle, gpus=tuple(replace(g, pcie_gen_max=4) for g in idle.gpus))
+    assert not checks.pcie_link(capped, gen=5, width=16).warn_only

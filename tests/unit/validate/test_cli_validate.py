@@ -52,9 +52,10 @@ def topology(tmp: Path) -> Path:
                 ],
             }
         )
-    inv = tmp / "inv"
-    inv.mkdir()
-    (inv / "topology.json").write_text(
+    inv = tmp / "inv"  # a cluster directory: its generated layer is all the view reads here
+    (inv / "generated").mkdir(parents=True)
+    (inv / "generated" / "hosts.yml").write_text('{"all": {}}\n', encoding="utf-8")
+    (inv / "generated" / "topology.json").write_text(
         json.dumps({"nodes": nodes, "fabric": {"rate_gbps": 200}}), encoding="utf-8"
     )
     return inv
@@ -67,7 +68,10 @@ def hostvars(_: Path) -> dict[str, Any]:
 
 
 NCCL_OK = real("nccl-tests/azh200doc-h200-8gpu-all_reduce_perf-8G-single-size.txt")
-BURN_OK = real("kernel/superbench-a100-80gb-8gpu-gpu_burn.txt")
+# FP32 gpu-burn on H100s (simulator output: no real H100 capture; the real A100 one ran -d -tc)
+BURN_OK = (
+    Path(__file__).parents[1] / "fixtures" / "sim" / "gpu_burn-h100-8gpu-60s.txt"
+).read_text()
 BURN_BAD = real("kernel/gpuburn-issue12-16gpu-faulty-summary.txt")
 DCGM_OK = real("dcgmi/awsome-p4de-a100-80gb-dcgmi-diag-r2-pass.txt")
 IB_BW = real("ib/superbench-ib_write_bw-loopback-8M.txt")
@@ -108,7 +112,7 @@ def wiring(
         def run(group: tuple[str, ...]) -> float:
             return 100.0 if set(group) & set(slow_nccl) else 380.0
 
-        leaf = {n: v.fabric_node(n).leaf_key for n in nodes}
+        leaf = {n: pipeline.fabric_node(v, n).leaf_key for n in nodes}
         loc = nccl.Localizer(run, 320.0, leaf).localize(nodes)
         res = nccl.localization_results(loc, check="nccl.multinode.batch", floor_gbs=320.0)
         return res, list(loc.findings), loc.run_count

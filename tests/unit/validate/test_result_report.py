@@ -159,3 +159,33 @@ def test_write_reports(tmp_path: Path) -> None:
     data = json.loads(paths["json"].read_text())
     assert data["slurm_actions"] == [action]
     assert "gpuforge: x" in paths["html"].read_text()
+
+
+def test_excerpt_keeps_the_explanation_from_the_middle() -> None:
+    from gpuforge.validate.result import excerpt  # noqa: PLC0415
+
+    lines = [f"line {i} " + "x" * 60 for i in range(400)]
+    lines[200] = "GPU 2 is running at PCI link generation 3, below 5"
+    text = "\n".join(lines)
+    assert "generation 3" not in bound_evidence(text)  # the old head-and-tail cut lost it
+    out = excerpt(text, ["running at PCI link generation"])
+    assert len(out) <= EVIDENCE_MAX
+    assert "GPU 2 is running at PCI link generation 3" in out
+    assert out.startswith("line 0 ")
+    assert out.rstrip().endswith("x" * 60)
+    assert "lines elided" in out
+    assert excerpt("short", ["nothing"]) == "short"
+
+
+def test_drain_reason_names_whole_checks_within_the_limit() -> None:
+    from gpuforge.validate.result import REASON_MAX, NodeVerdict  # noqa: PLC0415
+
+    names = tuple(f"dcgm.page_retirement_row_remap[gpu{i}]" for i in range(8))
+    v = NodeVerdict("n1", Verdict.QUARANTINE, names)
+    reason = v.drain_reason
+    assert len(reason) <= REASON_MAX
+    assert reason.startswith("gpuforge: failed dcgm.page_retirement_row_remap[gpu0],")
+    assert reason.endswith(" more")
+    assert "..." not in reason
+    short = NodeVerdict("n1", Verdict.QUARANTINE, ("dcgm.pcie[gpu2]",)).drain_reason
+    assert short == "gpuforge: failed dcgm.pcie[gpu2]"

@@ -85,3 +85,25 @@ def test_peer_results_become_check_results() -> None:
     assert res["weak"].status is Status.FAIL
     assert res["weak"].check == "nccl.allreduce_nvlink.peer"
     assert "median 470.0" in str(res["weak"].expected)
+
+
+def test_too_few_peers_say_so_instead_of_passing() -> None:
+    values = {"a": 100.0, "b": 101.0, "c": 99.0, "d": 60.0}
+    res = peer_results(
+        "burnin.gpu_burn.min_gflops", values, unit="Gflop/s", floor="the SKU floor 40140 Gflop/s"
+    )
+    assert {r.status for r in res} == {Status.SKIP}
+    assert res[0].message == (
+        "no peer comparison (4 nodes, 5 needed); judged against the SKU floor 40140 Gflop/s only"
+    )
+    assert res[0].check == "burnin.gpu_burn.min_gflops.peer"
+
+
+def test_admitted_nodes_complete_the_peer_pool_without_being_scored() -> None:
+    values = {"a": 100.0, "b": 101.0, "c": 99.0, "d": 60.0}
+    reference = {"x": 100.5, "y": 99.5}
+    res = {r.node: r for r in peer_results("m", values, unit="GB/s", reference=reference)}
+    assert set(res) == set(values)
+    assert res["d"].status is Status.FAIL
+    assert res["a"].status is Status.PASS
+    assert "2 admitted nodes among them" in str(res["a"].expected)
