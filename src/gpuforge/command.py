@@ -9,6 +9,7 @@ evidence (and Slurm control into an error, since it cannot go on without an answ
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import time
@@ -103,12 +104,27 @@ class LocalRunner:
         return run_argv(host, command, ["sh", "-c", command], timeout=timeout)
 
 
-def run_argv(host: str, command: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
-    """Run ``argv`` with a hard timeout and return what happened (never raises for the tool)."""
+def run_argv(
+    host: str,
+    command: str,
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run ``argv`` with a hard timeout and return what happened (never raises for the tool).
+
+    ``env`` adds to (or overrides in) this process's environment.
+    """
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            list(argv), capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+            list(argv),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env else None,
         )
     except subprocess.TimeoutExpired as exc:
         return CommandResult(

@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,7 @@ def _message(event_data: Mapping[str, Any]) -> str:
 
 def run_playbook(
     playbook: Path | str,
-    inventory: Path,
+    inventory: Path | Sequence[Path],
     *,
     limit: str | None = None,
     extravars: Mapping[str, Any] | None = None,
@@ -97,12 +97,16 @@ def run_playbook(
 ) -> RunResult:
     """Run ``playbook`` against ``inventory`` and return what happened to each host.
 
+    ``inventory`` is one inventory source or several, read in order (later wins): a cluster
+    directory's ``InventoryDir.sources``.
+
     The full event log stays under ``artifact_dir`` (ansible-runner's artifacts). ``timeout_s``
     bounds the whole run; ansible-runner stops the play when it is exceeded. The play runs
     under :mod:`gpuforge.playguard`: it dies with this process, and its process group is written
     to ``play_record`` while it runs (the cluster lock reads it to stop a play a killed run left).
     """
     playbook_path = Path(playbook)
+    sources = [inventory] if isinstance(inventory, Path | str) else list(inventory)
     if not playbook_path.is_absolute():
         playbook_path = PLAYBOOKS / playbook_path
     if not playbook_path.is_file():
@@ -148,8 +152,9 @@ def run_playbook(
             private_data_dir=str(private),
             artifact_dir=str(artifacts),
             playbook=str(playbook_path),
-            # ansible-runner takes a string that is not an existing path as inventory *content*.
-            inventory=str(Path(inventory).resolve()),
+            # ansible-runner takes a string that is not an existing path as inventory *content*;
+            # a list becomes one -i per source (a cluster's generated and site layers).
+            inventory=[str(Path(p).resolve()) for p in sources],
             limit=limit,
             extravars=dict(extravars or {}),
             tags=tags,

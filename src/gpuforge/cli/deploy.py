@@ -13,8 +13,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
+from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.errors import InputError, Interrupted
+from gpuforge.inventory.reader import InventoryDir
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
 from gpuforge.rollout.lock import holder, play_record
 from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
@@ -25,9 +26,7 @@ from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import Cluster
 
-spec_argument = click.argument(
-    "spec", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 
 
 def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
@@ -41,7 +40,7 @@ def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
 @click.option(
     "--inventory",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Inventory to reach the nodes (default: inventory/<cluster>).",
+    help="Cluster directory with generated/ and site/ (default: inventory/<cluster>).",
 )
 @click.option("--level", type=click.Choice(LEVELS), default="full", show_default=True)
 @click.option("--only", help="Only these nodes of the phase (hostlist), e.g. after a repair.")
@@ -53,7 +52,7 @@ def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
 )
 def deploy(  # noqa: PLR0917 - one parameter per CLI option
     phase_number: int,
-    spec: Path | None,
+    spec: Path,
     inventory: Path | None,
     level: str,
     only: str | None,
@@ -63,17 +62,12 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
     report_dir: Path,
 ) -> None:
     """Provision, validate and admit one rollout phase of SPEC, resumably."""
-    cluster = load_cluster(spec or DEFAULT_SPEC)
+    cluster = load_cluster(spec)
     phases = {p.number: p for p in cluster.phases}
     if phase_number not in phases:
         raise InputError(f"{cluster.name} has phases {sorted(phases)}, not {phase_number}")
     phase = phases[phase_number]
-    inventory = inventory or Path("inventory") / cluster.name
-    if not (inventory / "hosts.yml").is_file():
-        raise InputError(
-            f"no inventory at {inventory}: run `gpuforge inventory generate SPEC -o {inventory}` "
-            "and add the connection settings, or pass --inventory"
-        )
+    inventory = InventoryDir.open(inventory or Path("inventory") / cluster.name).root
     controllers = [n.hostname for n in cluster.by_role("controller")]
     if not controllers:
         raise InputError(f"{cluster.name} has no Slurm controller node group")

@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
-from typing import Any
 
 import click
 
 from gpuforge.cli.common import echo_json, json_option
-from gpuforge.command import run_argv
-from gpuforge.errors import InputError, OperationError
+from gpuforge.inventory.reader import host_vars
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmClient
-
-_INVENTORY_TIMEOUT = 120.0
-
-
-def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
-    """Resolve ``host``'s variables the way Ansible does (hosts.yml plus group_vars)."""
-    if not inventory.exists():
-        raise InputError(f"inventory {inventory} does not exist (gpuforge inventory generate)")
-    binary = shutil.which("ansible-inventory")
-    if binary is None:
-        raise OperationError("ansible-inventory is not installed (make setup)")
-    argv = [binary, "-i", str(inventory), "--host", host]
-    result = run_argv("localhost", " ".join(argv), argv, timeout=_INVENTORY_TIMEOUT)
-    if result.timed_out:
-        raise OperationError(f"ansible-inventory timed out after {_INVENTORY_TIMEOUT:.0f}s")
-    if result.rc != 0:
-        raise InputError(f"host {host} is not in inventory {inventory}: {result.stderr.strip()}")
-    data: dict[str, Any] = json.loads(result.stdout)
-    return data
 
 
 def _client(via: str | None, inventory: Path | None) -> SlurmClient:
@@ -40,7 +17,7 @@ def _client(via: str | None, inventory: Path | None) -> SlurmClient:
         return SlurmClient.local()
     if inventory is None:
         return SlurmClient.over_ssh(via)
-    return SlurmClient.over_ssh(via, _hostvars(inventory, via))
+    return SlurmClient.over_ssh(via, host_vars(inventory, via))
 
 
 def _echo_changes(changes: list[NodeAction], as_json: bool) -> None:
@@ -64,7 +41,8 @@ inventory_option = click.option(
     "-i",
     "--inventory",
     type=click.Path(path_type=Path),
-    help="Inventory whose connection settings (ansible_host, ansible_user, key) reach --via.",
+    help="Cluster directory (generated/ and site/) whose connection settings (ansible_host, "
+    "ansible_user, key) reach --via.",
 )
 timeout_option = click.option(
     "--timeout",

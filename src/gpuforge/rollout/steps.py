@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from gpuforge.errors import OperationError
+from gpuforge.inventory.reader import InventoryDir, host_vars
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
 from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
-
-
-def host_vars(inventory: Path, host: str, *, timeout: float = 60) -> dict[str, Any]:
-    """A host's variables as Ansible resolves them from ``inventory``."""
-    try:
-        proc = subprocess.run(
-            ["ansible-inventory", "-i", str(inventory), "--host", host],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise OperationError(f"ansible-inventory --host {host} timed out after {timeout}s") from exc
-    if proc.returncode != 0:
-        raise OperationError(f"ansible-inventory --host {host}: {proc.stderr.strip()[-500:]}")
-    data: dict[str, Any] = json.loads(proc.stdout)
-    return data
 
 
 def controller_client(inventory: Path, controller: str) -> SlurmClient:
@@ -45,22 +24,25 @@ def controller_client(inventory: Path, controller: str) -> SlurmClient:
 class AnsibleSteps:
     """Steps of a deploy against real (or lab) nodes reached through ``inventory``."""
 
-    inventory: Path
+    inventory: Path  # the cluster directory: its generated and site layers
     artifacts: Path  # ansible-runner event logs, one folder per play
     validate_fn: ValidateFn
     slurm: SlurmClient
     #: Maintenance reservation the batch is validated in (closed to users, open to acceptance jobs).
     reservation: str = "gpuforge_validation"
     on_event: EventHandler | None = None
+    #: Where the running play's process group is recorded (beside the cluster lock).
+    play_record: Path | None = None
     runs: dict[str, RunResult] = field(default_factory=dict)
 
     def _play(self, name: str, playbook: str, hosts: list[str]) -> RunResult:
         result = run_playbook(
             playbook,
-            self.inventory,
+            InventoryDir.open(self.inventory).sources,
             limit=",".join(hosts),
             artifact_dir=self.artifacts / name,
             on_event=self.on_event,
+            play_record=self.play_record,
         )
         self.runs[name] = result
         return result

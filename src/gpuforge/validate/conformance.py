@@ -1,7 +1,8 @@
 """Running the testinfra conformance suite (validators/) and reading back its results.
 
 The suite runs from the operator machine over SSH (``pytest validators/
---hosts=ansible://gpu_nodes --ansible-inventory=DIR -n auto``); its pytest plugin
+--hosts=ansible://gpu_nodes -n auto`` with ``ANSIBLE_INVENTORY`` naming both layers of the
+cluster directory); its pytest plugin
 (validators/conftest.py) writes one :class:`~gpuforge.validate.result.CheckResult` per test into a
 JSON file, which :func:`read_results` loads.
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 from gpuforge.command import TIMEOUT_RC, CommandResult, remote_line, run_argv
 from gpuforge.errors import InputError
+from gpuforge.inventory.reader import InventoryDir
 from gpuforge.resources import project_path
 from gpuforge.validate.result import CheckResult
 
@@ -95,7 +97,6 @@ class SuiteRun:
 
 
 def suite_command(
-    inventory: Path,
     hosts: Sequence[str],
     results: Path,
     *,
@@ -103,7 +104,11 @@ def suite_command(
     validators: Path = VALIDATORS,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The pytest command line of the conformance suite for ``hosts``."""
+    """The pytest command line of the conformance suite for ``hosts``.
+
+    The inventory comes from ``ANSIBLE_INVENTORY`` (:func:`run_suite`): testinfra's
+    ``--ansible-inventory`` takes one source, a cluster directory has two layers.
+    """
     if not hosts:
         raise InputError("no hosts to validate")
     argv = [
@@ -117,7 +122,6 @@ def suite_command(
         "-c",
         str(validators / "pytest.ini"),
         f"--hosts={','.join('ansible://' + h for h in hosts)}",
-        f"--ansible-inventory={inventory}",
         f"--gpuforge-results={results}",
         "-q",
     ]
@@ -129,12 +133,13 @@ def suite_command(
 def run_suite(
     inventory: Path, hosts: Sequence[str], work_dir: Path, *, timeout: float = 1800.0
 ) -> SuiteRun:
-    """Run the suite and load its results; the whole run is bounded by ``timeout``."""
+    """Run the suite on ``hosts`` of the cluster directory ``inventory``; bounded by ``timeout``."""
+    env = InventoryDir.open(inventory).ansible_env()
     work_dir.mkdir(parents=True, exist_ok=True)
     results = work_dir / "conformance-results.json"
     results.unlink(missing_ok=True)
-    argv = suite_command(inventory, hosts, results)
-    res = run_argv("localhost", shlex.join(argv), argv, timeout=timeout)
+    argv = suite_command(hosts, results)
+    res = run_argv("localhost", shlex.join(argv), argv, timeout=timeout, env=env)
     loaded = read_results(results) if results.exists() else ()
     return SuiteRun(
         res.rc if res.rc is not None else TIMEOUT_RC,
