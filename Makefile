@@ -45,7 +45,7 @@ system-deps: ## Install the Debian packages the lab and Molecule need (root)
 
 .PHONY: test
 # The CI gate. The rollout test (9 min) runs in make test-integration only.
-test: lint-python lint-ansible test-unit test-slow test-lab ## Lint (incl. ansible-lint), unit tests, lab integration tests, Molecule (MOLECULE_GATE)
+test: lint-python lint-ansible collection test-unit test-slow test-lab ## Lint (incl. ansible-lint), unit tests, lab integration tests, Molecule (MOLECULE_GATE)
 
 .PHONY: test-unit
 test-unit: setup ## Unit tests without the slow ones (no containers)
@@ -77,6 +77,10 @@ lint-python: setup ## ruff, mypy --strict, yamllint
 .PHONY: lint-ansible
 lint-ansible: setup ## ansible-lint, production profile
 	$(BIN)/ansible-lint
+
+.PHONY: collection
+collection: setup ## Build the Ansible collection gpuforge.cluster (galaxy.yml) into build/collection/
+	$(BIN)/ansible-galaxy collection build --force --output-path build/collection
 
 .PHONY: bench
 bench: setup ## Print measured performance figures
