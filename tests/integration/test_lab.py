@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.inventory.reader import InventoryDir, host_vars
 from gpuforge.lab import cluster, podman
 from gpuforge.lab.paths import CONTAINERS_CONF
+from gpuforge.resources import project_path
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -68,6 +70,31 @@ def test_ansible_pings_every_node_through_the_generated_inventory(lab_up: float)
     assert sorted(
         line.split()[0] for line in proc.stdout.splitlines() if "SUCCESS" in line
     ) == sorted(NODES)
+
+
+def test_the_cluster_directory_alone_reaches_every_node(lab_up: float) -> None:
+    """Both layers as two -i sources with the project's ansible.cfg: no lab config needed."""
+    inv = cluster.inventory_dir(LAB)
+    assert sorted(p.name for p in inv.root.iterdir()) == ["generated", "site"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(project_path("ansible.cfg")))
+    sources = InventoryDir.open(inv.root).ansible_args()
+    proc = subprocess.run(
+        [ANSIBLE, *sources, "all", "-m", "ansible.builtin.ping", "-o"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("SUCCESS") == len(NODES)
+
+
+def test_reader_resolves_the_labs_site_layer(lab_up: float) -> None:
+    hostvars = host_vars(cluster.inventory_dir(LAB).root, "tgpu02")
+    assert hostvars["ansible_host"] == NODES["tgpu02"]
+    assert hostvars["gpuforge_apt_repo_url"] == f"http://{LAB}-mirror/"
+    assert hostvars["gpu_node_type"]["gpus"] == 8  # from the generated layer
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
