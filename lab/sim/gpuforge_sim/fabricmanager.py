@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 from . import SIM_BANNER
 from .state import SimError, driver_version, load_lab
 
+#: Seconds between two looks at the node's state while the daemon runs.
+WATCH_S = 2.0
 FM_VERSION_FILE = Path("/usr/share/nvidia/nvswitch/gpuforge-sim-fm-version")
 
 
@@ -42,5 +45,29 @@ def main(argv: list[str]) -> int:
     )
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        time.sleep(3600)
+    return watch(poll_s=float(os.environ.get("GPUFORGE_SIM_FM_POLL", WATCH_S)))
+
+
+def watch(*, poll_s: float, polls: int | None = None) -> int:
+    """Run until the node's state gains ``fabricmanager_down``, then fail as a dying FM does.
+
+    A real Fabric Manager that loses its NVSwitches logs the error and exits, and systemd marks
+    the unit failed (it does not restart it); a fault loaded into a running lab therefore takes
+    effect within ``poll_s`` seconds, without a daemon restart. ``polls`` bounds the loop (tests).
+    """
+    done = 0
+    while polls is None or done < polls:
+        time.sleep(poll_s)
+        done += 1
+        try:
+            down = load_lab().local().has("fabricmanager_down")
+        except SimError:
+            continue  # a state file being rewritten: look again next time
+        if down:
+            print(
+                "NVSwitch fatal error detected: the fabric is degraded; Fabric Manager is exiting",
+                file=sys.stderr,
+            )
+            sys.stderr.flush()
+            return 1
+    return 0

@@ -340,3 +340,56 @@ def node_state(
     state["hostname"] = hostname
     state["package_pins"] = pins
     return state
+
+
+#: The packages a ``package_pins`` entry moves together: every one of them that is installed on
+#: the node goes to the requested version (``{branch}`` is the driver branch, 570).
+PIN_PACKAGES: dict[str, tuple[str, ...]] = {
+    "nvidia_driver_version": (
+        "nvidia-kernel-open-dkms",
+        "nvidia-modprobe",
+        "nvidia-persistenced",
+        "nvidia-driver-cuda",
+        "nvidia-driver",
+        "cuda-drivers-{branch}",
+        "cuda-drivers",
+    ),
+    "nccl_version": ("libnccl2", "libnccl-dev"),
+}
+
+_PIN_SCRIPT = """set -eu
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null 2>&1 || true
+args=""
+for spec in {specs}; do
+  pkg=${{spec%%=*}}; want=${{spec#*=}}
+  dpkg-query -W -f='${{Status}}' "$pkg" 2>/dev/null | grep -q 'ok installed' || continue
+  ver=$(apt-cache madison "$pkg" | awk -v v="$want-" 'index($3, v) == 1 {{ print $3; exit }}')
+  [ -n "$ver" ] || {{ echo "the lab mirror has no $pkg $want" >&2; exit 3; }}
+  args="$args $pkg=$ver"
+done
+[ -z "$args" ] && {{ echo "no pinned package installed yet: nothing to change"; exit 0; }}
+apt-get install -y -q --allow-downgrades --allow-change-held-packages $args
+apt-mark hold $(for a in $args; do echo "${{a%%=*}}"; done) >/dev/null
+echo "installed:$args"
+"""
+
+
+def pin_install_script(pins: Mapping[str, str]) -> str:
+    """A shell script that installs, on a provisioned lab node, the versions ``pins`` asks for.
+
+    This is how ``wrong_driver``/``wrong_nccl`` take effect the way the real fault does: the
+    node really has the other version installed (from the lab mirror, downgrades allowed,
+    held like the role holds its pins), so dpkg, ``nvidia-smi`` and NCCL all report it. Only
+    packages already installed move; on a node not yet provisioned the script changes nothing
+    (the role then installs the cluster's pins). Running the roles again restores the pins.
+    Empty when there is nothing to pin.
+    """
+    specs = []
+    for key, version in sorted(pins.items()):
+        branch = version.split(".", 1)[0]
+        for pkg in PIN_PACKAGES.get(key, ()):
+            specs.append(f"{pkg.format(branch=branch)}={version}")
+    if not specs:
+        return ""
+    return _PIN_SCRIPT.format(specs=" ".join(specs))

@@ -248,7 +248,7 @@ def run(coll: str, prog: str, argv: list[str]) -> int:  # noqa: PLR0912, PLR0915
         parts.append(Participant(node, vis[: job.tasks_per_node * per_task]))
     nranks = len(job.nodes) * job.tasks_per_node * per_task
     multi = len(job.nodes) > 1
-    peak = collective_peak(lab, coll, parts)
+    peak = collective_peak(lab, coll, parts, os.environ.get("NCCL_IB_HCA"))
     if multi and peak <= 0:
         peak = SOCKET_FALLBACK_BUSBW
     print(

@@ -77,16 +77,40 @@ class Participant:
     gpus: list[int]  # physical GPU indices in use on this node
 
 
-def inter_busbw(lab: Lab, parts: list[Participant]) -> float:
+def hca_selects(spec: str | None, device: str) -> bool:
+    """Does ``NCCL_IB_HCA`` (``spec``) let NCCL use ``device``?
+
+    NCCL's syntax: a comma-separated list of device prefixes (``mlx5`` is every mlx5 card),
+    ``=`` in front for exact names, ``^`` in front to exclude the list instead, ``:port`` after
+    a name for one port (the lab's NICs have port 1 only). Unset or empty: every device.
+    """
+    text = (spec or "").strip()
+    if not text:
+        return True
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    names = [item.split(":", 1)[0].strip() for item in text.split(",") if item.strip()]
+    hit = any(device == n if exact else device.startswith(n) for n in names)
+    return hit != exclude
+
+
+def inter_busbw(lab: Lab, parts: list[Participant], hca: str | None = None) -> float:
     """Cross-node busbw ceiling (GB/s): every live rail runs at the slowest live rail's pace.
 
     NCCL splits a collective evenly over its channels, one NIC each, and finishes when the
     slowest channel does: one half-rate NIC halves the cross-node busbw of every collective its
     node joins. A rail's pace is its slowest NIC (and leaf-spine uplink, when it crosses leaves).
     A rail with a port down is not used at all (NCCL skips inactive ports); 0 when none is left.
+    Only the rails whose devices ``NCCL_IB_HCA`` (``hca``) selects on every node take part:
+    ``=mlx5_3`` measures rail 3 alone, at one NIC's bandwidth.
     """
     paces = []
     for rail in range(min(len(p.node.rails) for p in parts)):
+        devices = {str(p.node.rails[rail].get("device", f"mlx5_{rail}")) for p in parts}
+        if not all(hca_selects(hca, d) for d in devices):
+            continue
         leaves = {p.node.rails[rail].get("leaf", "") for p in parts}
         uplink = min(lab.uplink_factor(leaf) for leaf in leaves) if len(leaves) > 1 else 1.0
         nics = []
@@ -100,12 +124,12 @@ def inter_busbw(lab: Lab, parts: list[Participant]) -> float:
     return len(paces) * min(paces, default=0.0) / 8.0 * NCCL_NET_EFFICIENCY
 
 
-def collective_peak(lab: Lab, coll: str, parts: list[Participant]) -> float:
-    """Plateau busbw for ``coll`` over ``parts`` (one or more nodes)."""
+def collective_peak(lab: Lab, coll: str, parts: list[Participant], hca: str | None = None) -> float:
+    """Plateau busbw for ``coll`` over ``parts`` (one or more nodes), ``NCCL_IB_HCA`` = hca."""
     intra = min(intra_busbw(p.node, coll, p.gpus) for p in parts)
     if len(parts) == 1:
         return intra
-    inter = inter_busbw(lab, parts)
+    inter = inter_busbw(lab, parts, hca)
     if coll == "alltoall":
         inter *= 0.8  # all-to-all is bisection-bound across nodes
     # Across nodes NVLS/SHARP is off in the model: a ring's intra-node step is not the bottleneck.

@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuforge.errors import InputError, OperationError
 from gpuforge.inventory.reader import InventoryDir
+from gpuforge.lab import faults as lab_faults
 from gpuforge.lab import files, podman
 from gpuforge.lab.image import LATEST
 from gpuforge.lab.paths import MIRROR_DIR, STATE_ROOT
@@ -234,8 +235,20 @@ def apply_faults(name: str, states: Mapping[str, Mapping[str, Any]]) -> list[str
         raise InputError(f"no simulator state for {', '.join(missing)}")
 
     def put(node: LabNode) -> None:
-        data = (json.dumps(states[node.hostname], indent=2, sort_keys=True) + "\n").encode()
+        state = states[node.hostname]
+        data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
         podman.put_file(plan.container(node.hostname), data, SIM_STATE_PATH)
+        # wrong_driver / wrong_nccl: the node really gets that version, as on a real node
+        script = lab_faults.sim_faults().pin_install_script(state.get("package_pins") or {})
+        if script:
+            done = podman.exec_(
+                plan.container(node.hostname), ["sh", "-c", script], timeout=600, check=False
+            )
+            if done.returncode != 0:
+                raise OperationError(
+                    f"{node.hostname}: installing {state['package_pins']} failed: "
+                    f"{done.stderr.decode(errors='replace')[-500:]}"
+                )
 
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(plan.nodes))) as pool:
         list(pool.map(put, plan.nodes))

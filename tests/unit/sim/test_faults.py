@@ -94,3 +94,58 @@ def test_node_state_holds_the_whole_lab(cluster_info: dict[str, Any]) -> None:
 def test_unknown_node_in_node_state(cluster_info: dict[str, Any]) -> None:
     with pytest.raises(FaultFileError, match="not a node of this lab"):
         node_state({"faults": []}, cluster_info, "gpu999")
+
+
+def _stub(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def test_wrong_driver_installs_that_version_on_a_provisioned_node(tmp_path: Path) -> None:
+    """The script the lab runs for package_pins: installed packages move, held, from the mirror."""
+    import subprocess  # noqa: PLC0415
+
+    from gpuforge_sim.faults import pin_install_script  # noqa: PLC0415
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    installed = {"nvidia-kernel-open-dkms", "nvidia-driver-cuda", "cuda-drivers-570", "libnccl2"}
+    case = "|".join(sorted(installed))
+    _stub(
+        bin_dir,
+        "dpkg-query",
+        f'eval "p=\\${{$#}}"\ncase "$p" in {case}) echo "install ok installed";; '
+        "*) exit 1;; esac\n",
+    )
+    _stub(
+        bin_dir,
+        "apt-cache",
+        'echo "$2 | 570.133.20-1 | file:/mirror ./ Packages"\n'
+        'echo "$2 | 570.124.06-1 | file:/mirror ./ Packages"\n'
+        'echo "$2 | 2.25.1-1+cuda12.8 | file:/mirror ./ Packages"\n',
+    )
+    for tool in ("apt-get", "apt-mark"):
+        _stub(bin_dir, tool, f'echo "{tool} $*" >> {log}\n')
+    script = pin_install_script({"nvidia_driver_version": "570.124.06", "nccl_version": "2.25.1"})
+    proc = subprocess.run(
+        ["sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    install = next(c for c in calls if c.startswith("apt-get install"))
+    assert "--allow-downgrades" in install
+    assert set(install.split()[-4:]) == {
+        "libnccl2=2.25.1-1+cuda12.8",
+        "nvidia-kernel-open-dkms=570.124.06-1",
+        "nvidia-driver-cuda=570.124.06-1",
+        "cuda-drivers-570=570.124.06-1",
+    }
+    assert any(c.startswith("apt-mark hold") and "nvidia-driver-cuda" in c for c in calls)
+    assert pin_install_script({}) == ""

@@ -360,6 +360,38 @@ def test_fabric_manager_fault(sim: Runner) -> None:
     assert "system not yet initialized" in nccl.stdout
 
 
+def test_fabric_manager_fault_stops_a_running_daemon(
+    state_dir: Any, tmp_path: Path, cluster_info: dict[str, Any]
+) -> None:
+    """A fault loaded while FM runs makes it exit 1 (unit failed) without a restart."""
+    from gpuforge_sim.faults import node_state, validate_fault_doc  # noqa: PLC0415
+
+    state = tmp_path / "gpu001.json"
+    state.write_text((state_dir / "gpu001.json").read_text())
+    env = sim_env(state, tmp_path / "run")
+    env["GPUFORGE_SIM_FM_POLL"] = "0.1"
+    proc = subprocess.Popen(
+        [sys.executable, "-S", "-m", "gpuforge_sim", "nv-fabricmanager"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None  # healthy: it keeps running
+        doc = validate_fault_doc(
+            {"faults": [{"node": "gpu001", "kind": "fabricmanager_down"}], "time_scale": 0}
+        )
+        state.write_text(json.dumps(node_state(doc, cluster_info, "gpu001")))
+        _out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "Fabric Manager is exiting" in err
+
+
 # ---- nccl-tests ----------------------------------------------------------------------------
 
 
@@ -391,7 +423,9 @@ def test_nccl_missing_gpu_fails_like_cuda(sim: Runner) -> None:
     assert "invalid device ordinal" in out.stdout
 
 
-def _two_node(state_dir: Any, tmp_path: Any, nodes: tuple[str, str]) -> list[str]:
+def _two_node(
+    state_dir: Any, tmp_path: Any, nodes: tuple[str, str], extra: dict[str, str] | None = None
+) -> list[str]:
     """Two processes, one per "node", with the SLURM_* variables srun would set."""
     procs = []
     for procid, host in enumerate(nodes):
@@ -403,6 +437,7 @@ def _two_node(state_dir: Any, tmp_path: Any, nodes: tuple[str, str]) -> list[str
                 "SLURM_NTASKS": "2",
                 "SLURM_NNODES": "2",
                 "SLURM_JOB_NODELIST": ",".join(nodes),
+                **(extra or {}),
             }
         )
         procs.append(
@@ -491,3 +526,41 @@ def test_nvidia_modprobe_creates_one_device_file_per_gpu(sim: Runner, tmp_path: 
     assert (os.major(ctl.st_rdev), os.minor(ctl.st_rdev)) == (195, 255)
     assert os.minor((dev / "nvidia7").stat().st_rdev) == 7
     assert sim("gpu001", "nvidia-modprobe", "-c", "3", env=env).returncode == 0  # exists: no-op
+
+
+def _top(state_dir: Any, tmp_path: Any, nodes: tuple[str, str], hca: str | None) -> float:
+    extra = {"NCCL_IB_HCA": hca} if hca is not None else None
+    out = parse("nccl-tests", _two_node(state_dir, tmp_path, nodes, extra)[0])
+    return float(out.rows[-1].out_of_place.busbw_gbps)
+
+
+def test_nccl_ib_hca_limits_a_run_to_one_rail(state_dir: Any, tmp_path: Any) -> None:
+    """Per-rail tests (``NCCL_IB_HCA==mlx5_R``) measure that rail alone, at one NIC's pace."""
+    healthy = ("gpu001", "gpu003")
+    every = _top(state_dir, tmp_path, healthy, None)
+    one = _top(state_dir, tmp_path, healthy, "=mlx5_4")
+    assert one == pytest.approx(every / 8, rel=0.06)  # before: the all-rail figure
+    # gpu006's rail-0 NIC runs at half rate: only its own rail shows it, other rails do not
+    pair = ("gpu006", "gpu003")
+    slow_rail = _top(state_dir, tmp_path, pair, "=mlx5_0")
+    good_rail = _top(state_dir, tmp_path, pair, "=mlx5_2")
+    assert slow_rail == pytest.approx(good_rail / 2, rel=0.06)
+    assert good_rail == pytest.approx(one, rel=0.06)
+    # the pair crosses leaves: rail 1 goes through leaf-su01-r1's quarter-rate uplink
+    uplink_rail = _top(state_dir, tmp_path, pair, "=mlx5_1")
+    assert uplink_rail == pytest.approx(good_rail / 4, rel=0.06)
+    # exclusion and prefix forms; the slowest selected rail sets the pace of the others
+    assert _top(state_dir, tmp_path, pair, "^=mlx5_0") == pytest.approx(7 * uplink_rail, rel=0.06)
+    assert _top(state_dir, tmp_path, healthy, "mlx5") == pytest.approx(every, rel=0.06)
+
+
+def test_hca_selects_follows_nccls_syntax() -> None:
+    from gpuforge_sim.perf import hca_selects  # noqa: PLC0415
+
+    assert hca_selects(None, "mlx5_3")
+    assert hca_selects("mlx5", "mlx5_3")
+    assert hca_selects("mlx5_1", "mlx5_10")  # a prefix, as in NCCL
+    assert not hca_selects("=mlx5_1", "mlx5_10")
+    assert hca_selects("=mlx5_1:1,mlx5_2:1", "mlx5_1")
+    assert not hca_selects("^=mlx5_1", "mlx5_1")
+    assert hca_selects("^=mlx5_1", "mlx5_2")
