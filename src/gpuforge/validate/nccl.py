@@ -411,6 +411,16 @@ def judge_single_node(node: str, cmd: CommandResult, floor_gbs: float, *, gpus: 
         status = Status.FAIL if cmd.rc not in (0, None) else Status.ERROR
         return CheckResult(status=status, evidence=ev, message=f"unparsable: {exc}", **base)
     busbw = largest_busbw(res)
+    if res.avg_busbw_gbps is None and cmd.rc in (0, None):
+        # A cut capture, not a slow node: its largest row may be any size the run reached.
+        return CheckResult(
+            status=Status.ERROR,
+            measured=round(busbw, 2),
+            evidence=ev,
+            duration_s=cmd.duration_s,
+            message="no '# Avg bus bandwidth' line: the output is cut or the run did not end",
+            **base,
+        )
     problems = []
     if res.gpu_count and res.gpu_count != gpus:
         problems.append(f"ran on {res.gpu_count} GPUs")

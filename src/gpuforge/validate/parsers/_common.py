@@ -65,3 +65,34 @@ def to_float(token: str, *, line: int, text: str, what: str) -> float:
         return float(token)
     except ValueError:
         raise ParseError(f"{what} is not a number: {token!r}", line=line, text=text) from None
+
+
+# Lines that only one tool prints, to tell a capture of another tool from a cut or odd one.
+_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nvidia-smi -q", re.compile(r"^=+NVSMI LOG=+$|^Attached GPUs\s*:", re.MULTILINE)),
+    (
+        "nvidia-smi nvlink",
+        re.compile(
+            r"^GPU \d+: .*\(UUID: [^)]*\)\n(?:\s+Link \d+: |NVML: Unable to retrieve NVLink)",
+            re.MULTILINE,
+        ),
+    ),
+    ("dcgmi nvlink", re.compile(r"^\|\s*NvLink Link Status\s*\||^\s*gpuId \d+:\s*$", re.MULTILINE)),
+    ("dcgmi diag", re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|", re.MULTILINE)),
+    ("ibv_devinfo", re.compile(r"^hca_id:\s*\S+", re.MULTILINE)),
+    ("ibstat", re.compile(r"^CA '[^']+'\s*$", re.MULTILINE)),
+    (
+        "nvidia-smi topo -m",
+        re.compile(r"^\s*GPU0(?:\s+GPU\d+)*\s+(?:NIC0\s+)?CPU Affinity", re.MULTILINE),
+    ),
+)
+
+
+def refuse_other_tool(text: str, expected: str) -> None:
+    """Raise ParseError when ``text`` is empty or carries a line only another tool prints."""
+    require_text(text, expected)
+    probe = "\n".join(split_lines(text[:200_000]))
+    for tool, signature in _SIGNATURES:
+        if tool != expected and (match := signature.search(probe)):
+            line = probe.count("\n", 0, match.start()) + 1
+            raise ParseError(f"this is '{tool}' output, not '{expected}'", line=line, text=match[0])

@@ -13,7 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+)
 
 STATUSES = ("Pass", "Fail", "Skip", "Warn")
 _STATUS = re.compile(r"^(Pass|Fail|Skip|Warn)\b\s*(?:-\s*(.*))?$", re.IGNORECASE)
@@ -290,6 +295,7 @@ def _parse_json(text: str) -> DcgmDiag:
 def parse(text: str) -> DcgmDiag:
     """Parse ``dcgmi diag`` output, table or ``-j`` JSON."""
     require_text(text, "dcgmi diag")
+    refuse_other_tool(text, "dcgmi diag")
     if text.lstrip().startswith("{"):
         return _parse_json(text)
     return _parse_table(split_lines(text))

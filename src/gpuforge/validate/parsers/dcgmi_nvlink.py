@@ -9,7 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+)
 
 _ENTITY = re.compile(r"^(gpuId|physicalId|switchId|nvSwitchId)\s+(\d+):\s*$", re.IGNORECASE)
 _STATES = {"U": "up", "D": "down", "X": "disabled", "_": "not_supported"}
@@ -43,14 +48,18 @@ class DcgmiNvlinkStatus:
 def parse(text: str) -> DcgmiNvlinkStatus:
     """Parse ``dcgmi nvlink -s``; raise ParseError for anything else."""
     require_text(text, "dcgmi nvlink -s")
+    refuse_other_tool(text, "dcgmi nvlink")
     section: str | None = None
     gpus: list[LinkStates] = []
     switches: list[LinkStates] = []
     entity: tuple[str, int] | None = None
-    saw_title = False
+    saw_title = saw_switches = saw_key = False
     for lineno, raw in enumerate(split_lines(text), start=1):
         line = raw.strip()
-        if not line or re.fullmatch(r"\+[-+]+\+", line) or line.startswith("Key:"):
+        if line.startswith("Key:"):
+            saw_key = True
+            continue
+        if not line or re.fullmatch(r"\+[-+]+\+", line):
             continue
         if "NvLink Link Status" in line:
             saw_title = True
@@ -59,6 +68,7 @@ def parse(text: str) -> DcgmiNvlinkStatus:
             raise ParseError("this is 'dcgmi nvlink -e' (error counts), not -s", line=lineno)
         if line in ("GPUs:", "NvSwitches:"):
             section = "gpu" if line == "GPUs:" else "nvswitch"
+            saw_switches = saw_switches or section == "nvswitch"
             continue
         if line.startswith("No NvSwitches found"):
             continue
@@ -76,4 +86,27 @@ def parse(text: str) -> DcgmiNvlinkStatus:
         raise ParseError("not a 'dcgmi nvlink -s' line", line=lineno, text=raw)
     if not saw_title or not (gpus or switches):
         raise ParseError("no 'NvLink Link Status' table with link states found")
-    return DcgmiNvlinkStatus(gpus=tuple(gpus), nvswitches=tuple(switches), warnings=())
+    return DcgmiNvlinkStatus(
+        gpus=tuple(gpus),
+        nvswitches=tuple(switches),
+        warnings=tuple(_cut(gpus, entity, saw_switches=saw_switches, saw_key=saw_key)),
+    )
+
+
+def _cut(
+    gpus: list[LinkStates], pending: tuple[str, int] | None, *, saw_switches: bool, saw_key: bool
+) -> list[str]:
+    """Signs that the output was cut: dcgmi always ends with the NvSwitches section and the key."""
+    warnings = []
+    if pending is not None:
+        warnings.append(f"{pending[0]} {pending[1]} has no link states: the output is cut")
+    if not saw_switches:
+        warnings.append("no 'NvSwitches:' section: the output is cut (GPUs may be missing)")
+    elif not saw_key:
+        warnings.append("no 'Key:' line at the end: the output is cut")
+    counts = [len(g.states) for g in gpus]
+    if counts and counts[-1] < max(counts):
+        warnings.append(
+            f"gpu {gpus[-1].id} lists {counts[-1]} links, others {max(counts)}: the output is cut"
+        )
+    return warnings

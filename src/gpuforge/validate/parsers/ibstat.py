@@ -9,7 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines, to_int
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    split_lines,
+    to_int,
+)
 
 _CA = re.compile(r"^CA '([^']+)'\s*$")
 _PORT = re.compile(r"^Port (\d+):\s*$")
@@ -92,7 +97,7 @@ def _port(number: int, values: dict[str, str], lineno: int) -> IbPort:
 
 def parse(text: str) -> IbstatReport:
     """Parse ``ibstat`` output; raise ParseError on lines it does not know."""
-    require_text(text, "ibstat")
+    refuse_other_tool(text, "ibstat")
     cas: list[IbCa] = []
     errors: list[str] = []
     warnings: list[str] = []

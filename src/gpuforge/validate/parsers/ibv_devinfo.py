@@ -10,7 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+)
 
 _HCA = re.compile(r"^hca_id:\s*(\S+)\s*$")
 _PORT = re.compile(r"^port:\s*(\d+)\s*$")
@@ -116,6 +121,7 @@ def _port(number: int, values: dict[str, str]) -> IbvPort:
 def parse(text: str) -> IbvDevinfo:
     """Parse ``ibv_devinfo`` output; raise ParseError on lines it does not know."""
     require_text(text, "ibv_devinfo")
+    refuse_other_tool(text, "ibv_devinfo")
     hcas: list[IbvHca] = []
     warnings: list[str] = []
     name: str | None = None
@@ -127,6 +133,10 @@ def parse(text: str) -> IbvDevinfo:
     def close_port() -> None:
         nonlocal port
         if port is not None:
+            # ibv_devinfo prints link_layer for every port (after state and MTUs): a port
+            # without it is where the output was cut.
+            if "link_layer" not in port_values:
+                warnings.append(f"HCA {name} port {port}: no link_layer line: the output is cut")
             ports.append(_port(port, port_values))
             port = None
 
@@ -135,7 +145,9 @@ def parse(text: str) -> IbvDevinfo:
         if name is None:
             return
         count = _leading_int(values.get("phys_port_cnt"))
-        if count is not None and count != len(ports):
+        if count is None:
+            warnings.append(f"HCA {name}: no phys_port_cnt line: the output is cut")
+        elif count != len(ports):
             warnings.append(f"HCA {name}: phys_port_cnt {count} but {len(ports)} port(s) listed")
         hcas.append(
             IbvHca(

@@ -13,7 +13,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+)
 from gpuforge.validate.parsers.nvidia_smi_common import (
     EccCounters,
     GpuInfo,
@@ -180,6 +185,7 @@ def gpu_from_fields(bus_id: str | None, fields: dict[str, str]) -> GpuInfo:
 def parse(text: str) -> NvidiaSmiReport:  # noqa: PLR0912 - one branch per kind of line the tool prints
     """Parse ``nvidia-smi -q`` text; raise ParseError when it is not that output at all."""
     require_text(text, "nvidia-smi -q")
+    refuse_other_tool(text, "nvidia-smi -q")
     top: dict[str, str] = {}
     sections: list[_Section] = []
     bodies: list[list[tuple[int, str]]] = []

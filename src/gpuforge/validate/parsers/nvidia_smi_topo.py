@@ -10,10 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+)
 
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx5_\d+|CPU\d+)$")
 _CELL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|PXN|C2C|NV\d+|N/A)$")
+#: Every driver prints these in its 'Legend', in this order (NV# last).
+_LEGEND_KEYS = ("X", "SYS", "NODE", "PHB", "PXB", "PIX", "NV#")
 _LEGEND_ENTRY = re.compile(r"^\s*(\S+)\s*[=:]\s*(.+?)\s*$")
 
 
@@ -54,6 +61,7 @@ class TopoMatrix:
 def parse(text: str) -> TopoMatrix:  # noqa: PLR0912, PLR0915 - one branch per kind of line the tool prints
     """Parse ``nvidia-smi topo -m``; raise ParseError when there is no matrix."""
     require_text(text, "nvidia-smi topo -m")
+    refuse_other_tool(text, "nvidia-smi topo -m")
     lines = split_lines(text)
     header_index = None
     for index, line in enumerate(lines):
@@ -118,6 +126,12 @@ def parse(text: str) -> TopoMatrix:  # noqa: PLR0912, PLR0915 - one branch per k
     nics = tuple(d for d in devices if d.startswith("NIC"))
     if not legend:
         warnings.append("no 'Legend' section")
+    elif cut := [key for key in _LEGEND_KEYS if key not in legend]:
+        warnings.append(f"the 'Legend' lacks {', '.join(cut)}: the output is cut")
+    if nics and nic_names and len(nic_names) < len(nics):
+        warnings.append(
+            f"the 'NIC Legend' names {len(nic_names)} of {len(nics)} NICs: the output is cut"
+        )
     if nics and not nic_names:
         warnings.append(
             "NIC columns but no 'NIC Legend' section: the NICs' device names (mlx5_N) are unknown"

@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers._common import ParseError, require_text, split_lines, to_float
+from gpuforge.validate.parsers._common import (
+    ParseError,
+    refuse_other_tool,
+    require_text,
+    split_lines,
+    to_float,
+)
 
 _GPU = re.compile(r"^GPU\s+(\d+):\s+(.*?)\s+\(UUID:\s*([^)]*)\)\s*$")
 _LINK = re.compile(r"^Link\s+(\d+):\s+(.*?)\s*$")
@@ -55,6 +61,7 @@ class NvlinkStatus:
 def parse(text: str) -> NvlinkStatus:
     """Parse ``nvidia-smi nvlink -s``; raise ParseError for lines it does not know."""
     require_text(text, "nvidia-smi nvlink -s")
+    refuse_other_tool(text, "nvidia-smi nvlink")
     gpus: list[NvlinkGpu] = []
     current: dict[str, object] | None = None
     links: list[NvlinkLink] = []
@@ -114,4 +121,9 @@ def parse(text: str) -> NvlinkStatus:
     close()
     if not gpus:
         raise ParseError("no 'GPU N: ...' line found")
+    last, most = gpus[-1], max(len(g.links) for g in gpus)
+    if last.error is None and len(last.links) < most:
+        warnings.append(
+            f"GPU {last.index} lists {len(last.links)} links, others {most}: the output is cut"
+        )
     return NvlinkStatus(gpus=tuple(gpus), warnings=tuple(warnings))

@@ -357,7 +357,9 @@ def test_topo_nic_legend_maps_names() -> None:
     text = (
         "\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
         "GPU0\t X \tPXB\t0-55\t0\t\tN/A\n"
-        "NIC0\tPXB\t X \n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+        "NIC0\tPXB\t X \n\nLegend:\n\n  X    = Self\n"
+        + "".join(f"  {k} = ...\n" for k in ("SYS", "NODE", "PHB", "PXB", "PIX", "NV#"))
+        + "\nNIC Legend:\n\n  NIC0: mlx5_0\n"
     )
     topo = nvidia_smi_topo.parse(text)
     assert topo.nic_names == {"NIC0": "mlx5_0"}
