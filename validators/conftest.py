@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import testinfra
+from testinfra.utils.ansible_runner import AnsibleRunner
 
 from gpuforge.command import CommandResult
 from gpuforge.validate.checks import Outcome
@@ -50,6 +52,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # --- facts and expectations ----------------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``rail`` runs over the rails the nodes under test have, read from the inventory."""
+    if "rail" in metafunc.fixturenames:
+        metafunc.parametrize("rail", range(_rail_count(metafunc.config)), scope="module")
+
+
+def _rail_count(config: pytest.Config) -> int:
+    """The most compute rails of any node in ``--hosts`` (its node type's ``rails``).
+
+    ``ansible://PATTERN`` hosts are looked up in the inventory (one ``ansible-inventory`` run,
+    the same testinfra makes to find the hosts); any other host, e.g. ``local://`` on a node,
+    by the fabric role's ``/etc/gpuforge/expected/fabric.json``.
+    """
+    count = 0
+    for spec in str(config.option.hosts or "").split(","):
+        if spec.startswith("ansible://"):
+            runner = AnsibleRunner.get_runner(config.option.ansible_inventory)
+            pattern = spec.removeprefix("ansible://").split("?", 1)[0] or "all"
+            for name in runner.get_hosts(pattern):
+                node_type = runner.get_variables(name).get("gpu_node_type") or {}
+                count = max(count, len(node_type.get("rails") or []))
+        elif spec:
+            expected = testinfra.get_host(spec).file("/etc/gpuforge/expected/fabric.json")
+            if expected.exists:
+                count = max(count, len(json.loads(expected.content_string).get("rails") or []))
+    return count
 
 
 @dataclass
