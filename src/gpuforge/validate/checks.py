@@ -389,6 +389,40 @@ def sysctl_values(measured: Mapping[str, str], expected: Mapping[str, object]) -
     return Outcome(not bad, "; ".join(bad) or f"{len(expected)} ok", f"{len(expected)} sysctls")
 
 
+#: The note a node with a read-only ``/proc/sys`` gets instead of a warning.
+READ_ONLY_SYSCTL_NOTE = (
+    "/proc/sys is read-only on this host (a container), so nothing can set these live: "
+    "checked the values /etc/sysctl.d applies at boot"
+)
+
+
+def sysctl_conformance(
+    live: Mapping[str, str],
+    expected: Mapping[str, object],
+    *,
+    read_only: bool = False,
+    at_boot: Mapping[str, str] | None = None,
+) -> Outcome:
+    """The live sysctls match; where ``/proc/sys`` is read-only, the boot-time ones must.
+
+    A read-only ``/proc/sys`` (a container's) cannot hold the values, so there the check is on
+    what ``/etc/sysctl.d`` configures (``at_boot``): a match passes with
+    ``READ_ONLY_SYSCTL_NOTE`` as its detail (a note, not a warning), a mismatch fails.
+    """
+    now = sysctl_values(live, expected)
+    if now.ok or not read_only:
+        return now
+    booted = sysctl_values(at_boot or {}, expected)
+    if booted.ok:
+        return Outcome(True, booted.measured, booted.expected, READ_ONLY_SYSCTL_NOTE)
+    return Outcome(
+        False,
+        booted.measured,
+        booted.expected,
+        f"/proc/sys is read-only and /etc/sysctl.d does not set the values: {booted.measured}",
+    )
+
+
 def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
     """``key = value`` lines (sysctl -a, nccl.conf), comments and blanks skipped."""
     out = {}

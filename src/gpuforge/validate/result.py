@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import hostlist
+
 SCHEMA_VERSION = 1
 EVIDENCE_MAX = 2000
 #: Longest drain reason we set. Slurm stores any length, but ``sinfo -R`` and ``scontrol show
@@ -278,6 +280,22 @@ class BatchSummary:
             return 2
         return 0
 
+    def notes(self) -> list[dict[str, str]]:
+        """Passing checks that carry a message, one per check and message with its nodes.
+
+        A pass with a message is something the operator should know without acting on it (e.g.
+        "/proc/sys is read-only here: the boot-time values were checked"); eight nodes saying
+        the same thing make one note.
+        """
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for r in self.results:
+            if r.status is Status.PASS and r.message:
+                grouped.setdefault((r.check, r.message), []).append(r.node)
+        return [
+            {"check": check, "nodes": hostlist.collect_hostlist(nodes), "message": message}
+            for (check, message), nodes in grouped.items()
+        ]
+
     def counts(self) -> dict[str, int]:
         """Number of nodes per verdict (every verdict present, zero included)."""
         return {v.value: len(self.by_verdict(v)) for v in Verdict}
@@ -294,5 +312,6 @@ class BatchSummary:
             "counts": self.counts(),
             "meta": dict(self.meta),
             "findings": [f.to_dict() for f in self.findings],
+            "notes": self.notes(),
             "nodes": [n.to_dict() for n in self.nodes],
         }

@@ -60,3 +60,18 @@ def test_sysctl_and_kv() -> None:
     bad = checks.sysctl_values(got, {"net.core.rmem_max": 1, "kernel.absent": 0})
     assert not bad.ok
     assert "kernel.absent" in str(bad.measured)
+
+
+def test_read_only_proc_sys_checks_the_boot_values_with_a_note() -> None:
+    want = {"net.core.rmem_max": 16777216}
+    live = {"net.core.rmem_max": "212992"}  # a container cannot change it
+    assert not checks.sysctl_conformance(live, want).ok
+    ok = checks.sysctl_conformance(
+        live, want, read_only=True, at_boot={"net.core.rmem_max": "16777216"}
+    )
+    assert ok.ok
+    assert ok.detail == checks.READ_ONLY_SYSCTL_NOTE
+    assert not ok.warn_only
+    bad = checks.sysctl_conformance(live, want, read_only=True, at_boot={})
+    assert not bad.ok
+    assert "does not set the values" in bad.detail

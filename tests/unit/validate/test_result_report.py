@@ -106,6 +106,7 @@ def test_json_schema_is_stable() -> None:
         "counts",
         "meta",
         "findings",
+        "notes",
         "nodes",
     }
     assert data["counts"] == {"admit": 1, "quarantine": 1, "hold": 1}
@@ -189,3 +190,16 @@ def test_drain_reason_names_whole_checks_within_the_limit() -> None:
     assert "..." not in reason
     short = NodeVerdict("n1", Verdict.QUARANTINE, ("dcgm.pcie[gpu2]",)).drain_reason
     assert short == "gpuforge: failed dcgm.pcie[gpu2]"
+
+
+def test_passes_with_a_message_are_one_note_per_check_and_message() -> None:
+    note = "/proc/sys is read-only on this host (a container): checked /etc/sysctl.d"
+    results = [r(f"gpu0{i}", "fabric.sysctls", "pass", message=note) for i in range(1, 5)]
+    results += [r("gpu05", "fabric.sysctls", "pass"), r("gpu05", "gpu.count", "fail")]
+    s = BatchSummary.build([f"gpu0{i}" for i in range(1, 6)], results)
+    assert s.notes() == [{"check": "fabric.sysctls", "nodes": "gpu[01-04]", "message": note}]
+    assert json.loads(to_json(s))["notes"] == s.notes()
+    assert s.by_verdict(Verdict.ADMIT)[0].warnings == ()  # a note is not a warning
+    page = to_html(s)
+    assert "<h2>Notes</h2>" in page
+    assert "gpu[01-04]" in page
