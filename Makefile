@@ -69,14 +69,15 @@ lint: lint-python lint-ansible ## Every linter
 
 .PHONY: lint-python
 lint-python: setup ## ruff, mypy --strict, yamllint
-	$(BIN)/ruff check src tests validators lab roles bench
-	$(BIN)/ruff format --check src tests validators lab roles bench
+	$(BIN)/ruff check src tests validators lab roles bench tools
+	$(BIN)/ruff format --check src tests validators lab roles bench tools
 	$(BIN)/mypy src
 	$(BIN)/yamllint -s .
 
 .PHONY: lint-ansible
-lint-ansible: setup ## ansible-lint, production profile
+lint-ansible: setup ## ansible-lint (production profile); role READMEs in step with their argument specs
 	$(BIN)/ansible-lint
+	$(PY) tools/role_docs.py --check
 
 .PHONY: collection
 collection: setup ## Build the Ansible collection gpuforge.cluster (galaxy.yml) into build/collection/
