@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from gpuforge.playbook import run_playbook
 from gpuforge.rollout.deploy import NodeVerdict, Validation
 from gpuforge.rollout.state import ResultRow
 
@@ -55,3 +58,54 @@ class FakeSteps:
             self.slurm[h] = "resumed"
         for h, why in quarantined.items():
             self.slurm[h] = f"drained: {why}"
+
+
+#: Stands in for ansible-playbook: forks a worker (as Ansible does), records both pids and notes
+#: when another play is still running beside it, then exits 0 after ``FAKE_PLAY_S`` seconds.
+FAKE_PLAYBOOK = """\
+import os, sys, time
+out = os.environ["FAKE_PLAY_DIR"]
+me = os.getpid()
+for name in os.listdir(out):
+    if name.startswith("running-"):
+        other = int(name.split("-")[1])
+        try:
+            state = open(f"/proc/{other}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            open(os.path.join(out, f"overlap-{other}-{me}"), "w").close()
+open(os.path.join(out, f"running-{me}"), "w").close()
+worker = os.fork()
+if worker == 0:
+    time.sleep(60)
+    os._exit(0)
+open(os.path.join(out, f"worker-{worker}"), "w").close()
+time.sleep(float(os.environ.get("FAKE_PLAY_S", "0.5")))
+os.kill(worker, 9)
+os.waitpid(worker, 0)
+os.unlink(os.path.join(out, f"running-{me}"))
+print("PLAY RECAP")
+"""
+
+
+def install_fake_playbook(bin_dir: Path) -> Path:
+    """Write an ``ansible-playbook`` that runs :data:`FAKE_PLAYBOOK` into ``bin_dir``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "ansible-playbook"
+    script.write_text(f"#!{sys.executable}\n{FAKE_PLAYBOOK}")
+    script.chmod(0o755)
+    return script
+
+
+@dataclass
+class PlaySteps(FakeSteps):
+    """Fake steps whose provisioning runs a (fake) play through the real playbook facade."""
+
+    inventory: Path = Path("/nonexistent")
+    play_record: Path | None = None
+
+    def provision(self, hosts: list[str]) -> dict[str, str]:
+        self.calls.append(("provision", tuple(hosts)))
+        run_playbook("site.yml", self.inventory, play_record=self.play_record, timeout_s=60)
+        return {h: "install driver: no such version" for h in hosts if h in self.broken_provision}
