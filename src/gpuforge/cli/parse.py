@@ -16,6 +16,10 @@ from gpuforge.errors import InputError
 from gpuforge.validate.parsers import PARSERS, ParseError, nvidia_smi_csv, to_jsonable
 
 _WIDE = 16  # elements with more columns than this print as key: value blocks, not a table
+# A 48 MB kernel log holds 500,000 Xid lines: text output shows the first rows and the counts;
+# --json carries everything.
+MAX_ROWS = 50
+MAX_MESSAGES = 50
 _RAW_FIELDS = ("fields", "values", "unavailable", "params")  # too big for a table cell
 # Derived values (properties) worth a line in the text output.
 _SUMMARIES = (
@@ -109,9 +113,10 @@ def _render(kind: str, source: str, result: Any) -> None:
         console = Console(width=200)
     click.echo(f"{kind}: {source}")
     for name, records in _echo_scalars(result):
-        rows = [row for record in records for row in _rows(record)]
+        rows = [row for record in records[:MAX_ROWS] for row in _rows(record)][:MAX_ROWS]
         columns = [column for column, _ in rows[0]]
-        click.echo(f"\n{name} ({len(records)}):")
+        shown = "" if len(records) <= MAX_ROWS else f", the first {MAX_ROWS} shown; --json for all"
+        click.echo(f"\n{name} ({len(records)}{shown}):")
         if len(columns) > _WIDE:
             for row in rows:
                 click.echo("  " + "  ".join(f"{k}={_cell(v)}" for k, v in row if v is not None))
@@ -124,8 +129,10 @@ def _render(kind: str, source: str, result: Any) -> None:
         messages = getattr(result, name, ())
         if messages:
             click.echo(f"\n{name}:")
-            for message in messages:
+            for message in messages[:MAX_MESSAGES]:
                 click.echo(f"  - {message}")
+            if len(messages) > MAX_MESSAGES:
+                click.echo(f"  ... and {len(messages) - MAX_MESSAGES} more (--json for all)")
 
 
 @click.command("parse")
