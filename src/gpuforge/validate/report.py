@@ -2,7 +2,9 @@
 
 JSON is the machine contract (``schema_version``, docs/validation.md). JUnit has one testcase per
 node x check so that any CI shows the failures. The HTML page needs no JavaScript: the plots are
-inline SVG built here.
+inline SVG built here. It is written for a batch of a thousand nodes: it opens with the nodes that
+failed or are held, says each repeated warning once with the nodes it concerns, and folds the
+admitted nodes into one line per rack.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hostlist
 import jinja2
 from markupsafe import Markup
 
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Verdict
+from gpuforge.validate.result import BatchSummary, CheckResult, NodeVerdict, Status, Verdict
 
 COLORS = {
     "pass": "#2e7d32",
@@ -222,6 +225,9 @@ def metric_bars(summary: BatchSummary, check: str) -> list[Bar]:
     return sorted(bars, key=lambda b: b.label)
 
 
+#: Most bars a chart draws; a larger batch shows its lowest values (the ones that matter).
+CHART_MAX_BARS = 48
+
 #: Charts the HTML page draws when the run has the data: check name -> (title, unit).
 CHARTS = {
     "nccl.allreduce_nvlink": ("8-GPU all_reduce busbw per node", "GB/s"),
@@ -230,8 +236,107 @@ CHARTS = {
 }
 
 
+def lowest_bars(bars: Sequence[Bar], limit: int = CHART_MAX_BARS) -> tuple[list[Bar], str]:
+    """At most ``limit`` bars, the lowest values first when there are more; and a caption."""
+    if len(bars) <= limit:
+        return list(bars), ""
+    ordered = sorted(bars, key=lambda b: (b.value, b.label))
+    values = [b.value for b in ordered]
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return ordered[:limit], f"lowest {limit} of {len(bars)}, median {median:.1f}"
+
+
+@dataclass(frozen=True)
+class WarningGroup:
+    """One warning (check and message) and every node that gave it."""
+
+    check: str
+    message: str
+    nodes: str  # hostlist expression
+    count: int
+    measured: Any
+    expected: Any
+    evidence: str  # the first node's
+
+
+def warning_groups(summary: BatchSummary) -> list[WarningGroup]:
+    """Every ``warn`` result, once per check and message, the most widespread first."""
+    grouped: dict[tuple[str, str], list[CheckResult]] = {}
+    for r in summary.results:
+        if r.status is Status.WARN:
+            grouped.setdefault((r.check, r.message), []).append(r)
+    groups = [
+        WarningGroup(
+            check,
+            message,
+            hostlist.collect_hostlist([r.node for r in results]),
+            len(results),
+            results[0].measured,
+            results[0].expected,
+            results[0].evidence,
+        )
+        for (check, message), results in grouped.items()
+    ]
+    return sorted(groups, key=lambda g: (-g.count, g.check, g.message))
+
+
+@dataclass(frozen=True)
+class RackGroup:
+    """The admitted nodes of one rack, as one line."""
+
+    su: int
+    rack: str
+    nodes: str  # hostlist expression
+    count: int
+    passed: int  # passing checks over those nodes
+    warned: int  # nodes among them with a warning
+
+
+def admitted_by_rack(
+    summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]
+) -> list[RackGroup]:
+    """Admitted nodes folded into one line per rack (SU order, then rack)."""
+    racks: dict[tuple[int, str], list[NodeVerdict]] = {}
+    for nv in summary.by_verdict(Verdict.ADMIT):
+        where = placement.get(nv.node) or {}
+        key = (int(where.get("su") or 0), str(where.get("rack") or "-"))
+        racks.setdefault(key, []).append(nv)
+    return [
+        RackGroup(
+            su,
+            rack,
+            hostlist.collect_hostlist([n.node for n in nodes]),
+            len(nodes),
+            sum(1 for n in nodes for r in n.results if r.status is Status.PASS),
+            sum(1 for n in nodes if n.warnings),
+        )
+        for (su, rack), nodes in sorted(racks.items())
+    ]
+
+
+def action_groups(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Slurm actions, one line per action, outcome and detail with the nodes it concerns."""
+    grouped: dict[tuple[str, bool, str], list[str]] = {}
+    for a in actions:
+        key = (str(a.get("action", "")), bool(a.get("changed")), str(a.get("detail", "")))
+        grouped.setdefault(key, []).append(str(a.get("node", "")))
+    rows = [
+        {
+            "action": action,
+            "changed": changed,
+            "detail": detail,
+            "nodes": hostlist.collect_hostlist(nodes),
+            "count": len(nodes),
+        }
+        for (action, changed, detail), nodes in grouped.items()
+    ]
+    # What took nodes out first; then what left them as they were.
+    return sorted(rows, key=lambda a: (a["action"] != "drain", not a["changed"], a["action"]))
+
+
 def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The HTML report."""
+    """The HTML report: failures and held nodes first, warnings once, admitted nodes by rack."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gpuforge.validate", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -242,20 +347,27 @@ def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ())
     floors: Mapping[str, float] = summary.meta.get("floors", {})
     charts = []
     for check, (title, unit) in CHARTS.items():
-        bars = metric_bars(summary, check)
+        bars, caption = lowest_bars(metric_bars(summary, check))
         if bars:
-            charts.append(bar_chart(title, bars, floors.get(check), unit))
+            full = f"{title} ({caption})" if caption else title
+            charts.append(bar_chart(full, bars, floors.get(check), unit))
     placement = summary.meta.get("placement", {})
-    order = {Verdict.QUARANTINE: 0, Verdict.HOLD: 1, Verdict.ADMIT: 2}
-    nodes = sorted(summary.nodes, key=lambda n: (order[n.verdict], n.node))
+    order = {Verdict.QUARANTINE: 0, Verdict.HOLD: 1}
+    problems = sorted(
+        (n for n in summary.nodes if n.verdict is not Verdict.ADMIT),
+        key=lambda n: (order[n.verdict], n.node),
+    )
     return env.get_template("report.html.j2").render(
         summary=summary,
-        nodes=nodes,
+        problems=problems,
+        racks=admitted_by_rack(summary, placement),
+        warnings=warning_groups(summary),
         counts=summary.counts(),
         charts=charts,
         heat=heat_map(summary, placement),
         colors=COLORS,
-        actions=list(actions),
+        actions=action_groups(actions),
+        Status=Status,
     )
 
 
