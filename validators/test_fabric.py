@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from gpuforge.validate import checks
-from gpuforge.validate.conformance import parse_or_inconclusive
-from gpuforge.validate.parsers import ibstat
+from gpuforge.validate import checks, flaps
+from gpuforge.validate.conformance import Inconclusive, parse_or_inconclusive
+from gpuforge.validate.parsers import ibstat, link_events, perfquery
 
 
 def _rails(node: Any) -> list[dict[str, Any]]:
@@ -88,3 +89,33 @@ def test_nccl_conf(node: Any, record: Any) -> None:
     res = node.output(f"cat {path}")
     outcome = checks.sysctl_values(checks.parse_kv(res.stdout), dict(spec.get("settings") or {}))
     record.check("fabric.nccl_conf", outcome, res.evidence())
+
+
+# Dated kernel log: dmesg's ISO stamps, or the journal's when dmesg is not readable.
+KERNEL_LOG_DATED = "dmesg --time-format iso 2>/dev/null || journalctl -k -b --no-pager -o short-iso"
+
+
+def test_link_flaps(node: Any, record: Any, rail: int) -> None:
+    """Down/up cycles of the rail's port in the last 12 h: kernel log and LinkDownedCounter."""
+    spec = _rail(node, rail)
+    netdev = str(spec.get("netdev") or "")
+    if not netdev:
+        pytest.skip("no netdev for this rail")
+    clock = node.output("date -u +%s && cat /proc/uptime")
+    try:
+        epoch, uptime = float(clock.stdout.split()[0]), float(clock.stdout.split()[1])
+    except (IndexError, ValueError) as exc:
+        raise Inconclusive(f"cannot read the clock and uptime: {clock.evidence()}") from exc
+    now = datetime.fromtimestamp(epoch, UTC)
+    boot = now - timedelta(seconds=uptime)
+    log = node.output(KERNEL_LOG_DATED)
+    events = [e for e in link_events.parse(log.stdout, now=now, boot=boot) if e.netdev == netdev]
+    evidence = [e.text for e in events] or [f"no Link down/up line for {netdev} in the kernel log"]
+    link_downed = None
+    if _fabric_kind(node) != "roce" and spec.get("device"):
+        # PortCounters are read over MADs: InfiniBand only (RoCE ports answer none).
+        counters = node.output(f"perfquery -C {spec['device']} -P 1")
+        link_downed = parse_or_inconclusive(perfquery.parse, counters).link_downed
+        evidence.append(f"{spec['device']} port 1 LinkDownedCounter: {link_downed}")
+    found = flaps.count(events, netdev, now=now, boot=boot, link_downed=link_downed)
+    record.check(f"fabric.link_flap[{rail}]", flaps.judge(found), "\n".join(evidence))

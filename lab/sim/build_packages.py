@@ -461,9 +461,9 @@ def tool_packages() -> list[Package]:
         Package(
             "infiniband-diags",
             RDMA_VERSION,
-            "InfiniBand diagnostic programs (simulated ibstat)",
+            "InfiniBand diagnostic programs (simulated ibstat and perfquery)",
             [f"gpuforge-sim-common (>= {SIM_VERSION}-1)"],
-            {"/usr/sbin/ibstat": entry("ibstat")},
+            {"/usr/sbin/ibstat": entry("ibstat"), "/usr/sbin/perfquery": entry("perfquery")},
         ),
         Package(
             "ibverbs-utils",

@@ -52,7 +52,7 @@ FAULT_KINDS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
     "ib_port_down": ("node", {"rail": _INT}, {}),
     "ib_port_polling": ("node", {"rail": _INT}, {}),
     "ib_wrong_rate": ("node", {"rail": _INT}, {"rate_gbps": 200}),
-    "link_flap": ("node", {"rail": _INT}, {"count": 3}),
+    "link_flap": ("node", {"rail": _INT}, {"count": 3, "hours": 2}),
     "slow_nic": ("node", {"rail": _INT}, {"factor": 0.5}),
     "slow_uplink": ("leaf", {"leaf": _STR}, {"factor": 0.25}),
     "wrong_driver": ("node", {"version": _STR}, {}),
@@ -69,6 +69,7 @@ _OPTIONAL_TYPES: dict[str, str] = {
     "width": _INT,
     "rate_gbps": _INT,
     "node": _STR,
+    "hours": _INT,
 }
 THROTTLE_REASONS = ("thermal", "sw_thermal", "power", "power_brake")
 # Xid codes the simulator knows the driver's message for (open-gpu-kernel-modules nverror.h).

@@ -1,4 +1,4 @@
-"""Simulated RDMA tools: ``ibstat``, ``ibv_devinfo`` and perftest's ``ib_write_bw``.
+"""Simulated RDMA tools: ``ibstat``, ``perfquery``, ``ibv_devinfo`` and perftest's ``ib_write_bw``.
 
 ``ib_write_bw`` really exchanges connection data over TCP (port 18515, like perftest's
 out-of-band exchange), so a client needs a server started first; the bandwidth comes from the
@@ -118,6 +118,65 @@ def ibstat_main(argv: list[str]) -> int:
             f"\t\tLink layer: {p['link_layer']}",
         ]
     print("\n".join(out))
+    return 0
+
+
+def link_downed(node: NodeView, rail: int) -> int:
+    """The port's LinkDownedCounter: one per simulated flap, 8 bits wide like PortCounters'."""
+    return min(255, sum(int(f.get("count", 3)) for f in node.rail_faults(rail, "link_flap")))
+
+
+def perfquery_main(argv: list[str]) -> int:
+    """``perfquery [-C ca] [-P port]``: the local port's PortCounters (infiniband-diags format)."""
+    if "-V" in argv or "--version" in argv:
+        print(f"perfquery BUILD VERSION: 44.0 ({SIM_BANNER_RDMA})")
+        return 0
+    node = load_lab().local()
+    ca = argv[argv.index("-C") + 1] if "-C" in argv[:-1] else None
+    port = argv[argv.index("-P") + 1] if "-P" in argv[:-1] else "1"
+    rail = _find_rail(node, ca) if ca else (0 if node.rails else None)
+    pid = os.getpid()
+    if rail is None or port != "1":
+        print(
+            f"ibwarn: [{pid}] mad_rpc_open_port: can't open UMAD port ({ca}:{port})\n"
+            f"perfquery: iberror: [pid {pid}] main: failed: Failed to open '{ca}' port '{port}'",
+            file=sys.stderr,
+        )
+        return 255
+    p = _port(node, rail)
+    if p["link_layer"] != "InfiniBand" or p["state"] != "Active":
+        print(
+            f"ibwarn: [{pid}] _do_madrpc: recv failed: Connection timed out\n"
+            f"perfquery: iberror: [pid {pid}] main: failed: can't resolve self port {ca}",
+            file=sys.stderr,
+        )
+        return 255
+    counters = {
+        "PortSelect": "1",
+        "CounterSelect": "0x0000",
+        "SymbolErrorCounter": "0",
+        "LinkErrorRecoveryCounter": "0",
+        "LinkDownedCounter": str(link_downed(node, rail)),
+        "PortRcvErrors": "0",
+        "PortRcvRemotePhysicalErrors": "0",
+        "PortRcvSwitchRelayErrors": "0",
+        "PortXmitDiscards": "0",
+        "PortXmitConstraintErrors": "0",
+        "PortRcvConstraintErrors": "0",
+        "CounterSelect2": "0x00",
+        "LocalLinkIntegrityErrors": "0",
+        "ExcessiveBufferOverrunErrors": "0",
+        "QP1Dropped": "0",
+        "VL15Dropped": "0",
+        "PortXmitData": "0",
+        "PortRcvData": "0",
+        "PortXmitPkts": "0",
+        "PortRcvPkts": "0",
+        "PortXmitWait": "0",
+    }
+    print(f"# Port counters: Lid {p['lid']} port 1 (CapMask: 0x5A00)")
+    for name, value in counters.items():
+        print(f"{name}:".ljust(33, ".") + value)
     return 0
 
 

@@ -40,6 +40,12 @@ def run_dir() -> Path:
 
 def kernel_events(node: NodeView) -> list[str]:
     """The simulated kernel messages of this node, oldest first, without timestamps."""
+    return [line for _age, line in dated_kernel_events(node)]
+
+
+def dated_kernel_events(node: NodeView) -> list[tuple[float | None, str]]:
+    """``(age, line)``: seconds before now the line was logged (None: early in the boot)."""
+    dated: list[tuple[float | None, str]] = []
     out: list[str] = []
     for f in node.faults:
         kind = f["kind"]
@@ -75,11 +81,17 @@ def kernel_events(node: NodeView) -> list[str]:
                 )
                 out.append(f"NVRM: Xid ({pci}): {code}, {who}, {XID_MESSAGES[code]}")
         elif kind == "link_flap":
+            # mlx5e's carrier messages (en_main.c), spread evenly over the last `hours` hours;
+            # each outage lasts 40 s, longer than gpud's 25 s "persistent down".
             rail = node.rails[f["rail"]]
-            for _ in range(int(f.get("count", 3))):
-                out.append(f"mlx5_core {node.nic_pci(f['rail'])} {rail['netdev']}: Link down")
-                out.append(f"mlx5_core {node.nic_pci(f['rail'])} {rail['netdev']}: Link up")
-    return out
+            prefix = f"mlx5_core {node.nic_pci(f['rail'])} {rail['netdev']}"
+            cycles = int(f.get("count", 3))
+            span = float(f.get("hours", 2)) * 3600.0
+            for i in range(cycles):
+                age = span * (cycles - i) / (cycles + 1)
+                dated.append((age + 40.0, f"{prefix}: Link down"))
+                dated.append((age, f"{prefix}: Link up"))
+    return [(None, line) for line in out] + dated
 
 
 def _uptime() -> float:
@@ -105,7 +117,7 @@ def dmesg_main(argv: list[str]) -> int:
         print("(dmesg wrapped by the gpuforge lab simulator, not NVIDIA software)")
         return 0
     print(text, end="")
-    events = kernel_events(load_lab().local())
+    events = dated_kernel_events(load_lab().local())
     if not events:
         return 0
     decode = any(a in ("-x", "--decode") for a in argv)
@@ -115,8 +127,11 @@ def dmesg_main(argv: list[str]) -> int:
     up = _uptime()
     boot = time.time() - up
     start = max(1.0, up * 0.6)
-    for i, line in enumerate(events):
-        ts = start + i * 0.000009
+    stamped = sorted(
+        (start + i * 0.000009 if age is None else max(1.0, up - age), i, line)
+        for i, (age, line) in enumerate(events)
+    )
+    for ts, _i, line in stamped:
         prefix = ""
         if decode:
             prefix = "kern  :warn  : " if "NVRM" in line else "kern  :info  : "
