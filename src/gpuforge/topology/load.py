@@ -125,6 +125,10 @@ def _parse(text: str, path: Path | str) -> tuple[Topology, Analysis]:
         data: Any = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         raise SpecError([_yaml_problem(exc, text)], path) from None
+    except (ValueError, IndexError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on some tagged scalars (``!!int ''``).
+        problem = f"not valid YAML: a value cannot be read ({type(exc).__name__}: {exc})"
+        raise SpecError([Problem("", problem)], path) from None
     finally:
         if loader is not None:
             loader.dispose()

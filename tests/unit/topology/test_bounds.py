@@ -63,6 +63,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
     "huge phase hostlist": (_huge_hostlist, "names more than"),
     "python tag": (lambda _d: b"name: !!python/object:os.system [ls]\n", "not valid YAML"),
     "unhashable key": (lambda _d: b"? [a, b]\n: c\n", "not valid YAML"),
+    "empty tagged int": (lambda _d: b"name: !!int\n", "not valid YAML"),
 }
 
 
