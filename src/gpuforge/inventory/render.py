@@ -171,8 +171,14 @@ def all_vars(cluster: Cluster) -> dict[str, Any]:
 def nodetype_vars(cluster: Cluster, name: str) -> dict[str, Any]:
     """``group_vars/nodetype_<name>.yml``: the hardware the roles and validators expect."""
     kind = cluster.spec.node_types[name]
+    pcie = {  # only when the spec says so; the validators default to the GPU model's
+        key: value
+        for key, value in (("pcie_gen", kind.pcie_gen), ("pcie_width", kind.pcie_width))
+        if value is not None
+    }
     return {
         "gpu_node_type": {
+            **pcie,
             "name": name,
             "gpu_model": kind.gpu_model,
             "gpus": kind.gpus,

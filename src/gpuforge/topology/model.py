@@ -55,6 +55,15 @@ class NodeType(_Spec):
         default=0, ge=0, le=576, description="GPUs per NVLink domain: 8 for HGX, 72 for NVL72"
     )
     nvswitch: bool = Field(default=False, description="NVSwitch present (Fabric Manager runs)")
+    pcie_gen: int | None = Field(
+        default=None,
+        ge=1,
+        le=6,
+        description="PCIe generation every GPU link must train to; default: the GPU model's",
+    )
+    pcie_width: Literal[1, 2, 4, 8, 16] | None = Field(
+        default=None, description="PCIe lanes every GPU link must train to; default: 16"
+    )
     sockets: int = Field(ge=1, le=8)
     cores_per_socket: int = Field(ge=1, le=512)
     threads_per_core: int = Field(ge=1, le=8)
