@@ -20,7 +20,7 @@ from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy
 from gpuforge.rollout.lock import holder, play_record
 from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
 from gpuforge.rollout.steps import AnsibleSteps, controller_client
-from gpuforge.rollout.ui import DeployProgress
+from gpuforge.rollout.ui import deploy_progress
 from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
@@ -77,7 +77,7 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
     )
     console = Console()
     store, lock = _store(state_dir, cluster)
-    with DeployProgress(console) as progress:
+    with deploy_progress(console) as progress:
         reservation = f"gpuforge_{cluster.name}_phase{phase_number:02d}"
         steps = AnsibleSteps(
             inventory=inventory,

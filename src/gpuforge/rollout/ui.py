@@ -1,7 +1,13 @@
-"""Live progress of a deploy: a bar per stage and one status line per host, from runner events."""
+"""Progress of a deploy, from its stages and ansible-runner's events.
+
+On a terminal, a live display: a bar per stage and one status line per host. Anywhere else (CI,
+cron, a log file) a live display shows nothing for minutes and then a final frame, so
+:class:`PlainProgress` prints one line when a stage starts and one when a host fails.
+"""
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -90,3 +96,63 @@ class DeployProgress:
             self._done.add(host)
             self.progress.advance(self._stage_task)
         self._live.update(self._render())
+
+
+def _failure(data: dict[str, Any]) -> str:
+    """The failed task and its message, on one line."""
+    res = data.get("res") or {}
+    msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+    text = " ".join(str(msg).split())
+    task = str(data.get("task", ""))
+    return f"{task}: {text[:200]}" if task else text[:200]
+
+
+class PlainProgress:
+    """One plain line per stage and per failed host, for output that is not a terminal."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._stage = ""
+        self._started = 0.0
+        self._failed: set[str] = set()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def _line(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self.console.print(f"{stamp} {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def stage(self, name: str, hosts: list[str]) -> None:
+        now = time.monotonic()
+        took = f" ({self._stage} took {now - self._started:.1f} s)" if self._stage else ""
+        self._stage, self._started, self._failed = name, now, set()
+        self._line(f"{name}: {len(hosts)} hosts{took}")
+
+    def event(self, event: dict[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        kind = str(event.get("event", ""))
+        host = data.get("host")
+        if not host or host in self._failed:
+            return
+        if kind == "runner_on_failed" and not data.get("ignore_errors"):
+            state = "failed"
+        elif kind == "runner_on_unreachable":
+            state = "unreachable"
+        else:
+            return
+        self._failed.add(host)
+        self._line(f"{self._stage}: {host} {state}: {_failure(data)}")
+
+
+def deploy_progress(console: Console) -> DeployProgress | PlainProgress:
+    """The live display on a terminal, plain lines anywhere else."""
+    return DeployProgress(console) if console.is_terminal else PlainProgress(console)
