@@ -1,4 +1,9 @@
-"""The phase report: JSON for machines, one HTML page for people."""
+"""The phase report: JSON for machines, one HTML page for people.
+
+The JSON lists every node. The page lists the nodes that are not admitted first, one row each with
+its reason, and folds the admitted ones into one row per rack, so that a batch of a thousand nodes
+reads in a screen.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import hostlist
 from jinja2 import Environment, select_autoescape
 
 from gpuforge.rollout.deploy import DeployOutcome
@@ -32,10 +38,15 @@ td,th{padding:.25em .8em;border-bottom:1px solid #ddd;text-align:left}
 <table><tr><th>stage</th><th>seconds</th><th>per node</th></tr>
 {% for s, secs in r.stage_seconds.items() %}<tr><td>{{ s }}</td><td>{{ '%.1f' % secs }}</td>
 <td>{{ '%.2f' % (secs / (r.nodes|length or 1)) }}</td></tr>{% endfor %}</table>
-<h2>Nodes</h2>
+{% if problems %}<h2 id="not-admitted">Not admitted</h2>
 <table><tr><th>node</th><th>rack</th><th>state</th><th>reason</th></tr>
-{% for n in r.nodes %}<tr><td>{{ n.hostname }}</td><td>{{ n.rack }}</td>
-<td class="{{ n.state }}">{{ n.state }}</td><td>{{ n.reason }}</td></tr>{% endfor %}</table>
+{% for n in problems %}<tr><td>{{ n.hostname }}</td><td>{{ n.rack }}</td>
+<td class="{{ n.state }}">{{ n.state }}</td><td>{{ n.reason }}</td></tr>{% endfor %}
+</table>{% endif %}
+{% if racks %}<h2 id="admitted">Admitted, by rack</h2>
+<table><tr><th>SU</th><th>rack</th><th>nodes</th></tr>
+{% for k in racks %}<tr><td>{{ k.su }}</td><td>{{ k.rack }}</td>
+<td class="admitted">{{ k.nodes }} ({{ k.count }})</td></tr>{% endfor %}</table>{% endif %}
 {% if r.notes %}<h2>Notes</h2><ul>{% for n in r.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% if r.reports %}<h2>Validation reports</h2><ul>
 {% for p in r.reports %}<li><a href="{{ p }}">{{ p }}</a></li>{% endfor %}</ul>{% endif %}
@@ -76,6 +87,35 @@ def phase_report(
     }
 
 
+# Order of the rows of nodes that are not admitted: the failures first.
+_STATE_ORDER = {"quarantined": 0, "unreachable": 1}
+
+
+def html_sections(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The page's two node tables: nodes not admitted (failures first), admitted ones by rack."""
+    nodes = data["nodes"]
+    problems = sorted(
+        (n for n in nodes if n["state"] != "admitted"),
+        key=lambda n: (_STATE_ORDER.get(n["state"], 2), n["hostname"]),
+    )
+    racks: dict[tuple[int, str], list[str]] = {}
+    for n in nodes:
+        if n["state"] == "admitted":
+            racks.setdefault((int(n["su"]), str(n["rack"])), []).append(n["hostname"])
+    rows = [
+        {"su": su, "rack": rack, "nodes": hostlist.collect_hostlist(names), "count": len(names)}
+        for (su, rack), names in sorted(racks.items())
+    ]
+    return problems, rows
+
+
+def phase_html(data: dict[str, Any]) -> str:
+    """The page of a phase report (``data`` as :func:`phase_report` returns it)."""
+    env = Environment(autoescape=select_autoescape(default=True))
+    problems, racks = html_sections(data)
+    return env.from_string(_HTML).render(r=data, problems=problems, racks=racks)
+
+
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -91,6 +131,5 @@ def write_phase_report(
     data = phase_report(store, cluster, outcome, run_dir)
     json_path, html_path = run_dir / "phase.json", run_dir / "phase.html"
     _atomic_write(json_path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    env = Environment(autoescape=select_autoescape(default=True))
-    _atomic_write(html_path, env.from_string(_HTML).render(r=data))
+    _atomic_write(html_path, phase_html(data))
     return [json_path, html_path]
