@@ -94,6 +94,7 @@ def run_playbook(
     timeout_s: int = 3600,
     forks: int = 16,
     play_record: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run ``playbook`` against ``inventory`` and return what happened to each host.
 
@@ -104,6 +105,7 @@ def run_playbook(
     bounds the whole run; ansible-runner stops the play when it is exceeded. The play runs
     under :mod:`gpuforge.playguard`: it dies with this process, and its process group is written
     to ``play_record`` while it runs (the cluster lock reads it to stop a play a killed run left).
+    ``env`` adds Ansible settings for this play only (``ANSIBLE_TIMEOUT``, ...).
     """
     playbook_path = Path(playbook)
     sources = [inventory] if isinstance(inventory, Path | str) else list(inventory)
@@ -111,19 +113,8 @@ def run_playbook(
         playbook_path = PLAYBOOKS / playbook_path
     if not playbook_path.is_file():
         raise OperationError(f"playbook not found: {playbook_path}")
-    strategy, env = strategy_settings()
-    env = {
-        **env,
-        # An operator's (or the lab's) ansible.cfg carries the SSH settings; else the project's.
-        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(project_path("ansible.cfg"))),
-        "ANSIBLE_ROLES_PATH": str(project_path("roles")),
-        "ANSIBLE_FORKS": str(forks),
-    }
-    if "ANSIBLE_CONFIG" not in os.environ:
-        # The project's ansible.cfg names build/facts relative to itself: inside an installed
-        # package that is no place to write.
-        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(work_dir() / "build" / "facts")
     private = Path(tempfile.mkdtemp(prefix="gpuforge-runner-"))
+    strategy, run_env = _run_env(forks, env, private, play_record)
     artifacts = Path(artifact_dir).resolve() if artifact_dir else private / "artifacts"
     failed: dict[str, str] = {}
     unreachable: dict[str, str] = {}
@@ -158,7 +149,7 @@ def run_playbook(
             limit=limit,
             extravars=dict(extravars or {}),
             tags=tags,
-            envvars=env,
+            envvars=run_env,
             event_handler=handler,
             quiet=True,
             timeout=timeout_s,
@@ -197,6 +188,29 @@ def run_playbook(
         strategy=strategy,
         facts=facts,
     )
+
+
+def _run_env(
+    forks: int, env: Mapping[str, str] | None, private: Path, play_record: Path | None
+) -> tuple[str, dict[str, str]]:
+    """The strategy and the environment of one play."""
+    strategy, strategy_env = strategy_settings()
+    run_env = {
+        **strategy_env,
+        # An operator's (or the lab's) ansible.cfg carries the SSH settings; else the project's.
+        "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG", str(project_path("ansible.cfg"))),
+        "ANSIBLE_ROLES_PATH": str(project_path("roles")),
+        "ANSIBLE_FORKS": str(forks),
+        # Deprecation notices of Ansible itself are noise to an operator (issue 15, item 7).
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        **(env or {}),
+    }
+    if "ANSIBLE_CONFIG" not in os.environ:
+        # The project's ansible.cfg names build/facts relative to itself: inside an installed
+        # package that is no place to write.
+        run_env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(work_dir() / "build" / "facts")
+    run_env.update(_guard_env(private, play_record))
+    return strategy, run_env
 
 
 def _signals_cancel(received: list[int]) -> tuple[Callable[[], bool], Callable[[], None]]:
