@@ -1,4 +1,8 @@
-"""``gpuforge slurm``: node state operations (state, drain, resume) on a Slurm controller."""
+"""``gpuforge slurm``: node states (state, drain, resume) and maintenance windows (window).
+
+``drain`` and ``resume`` are an operator's hands on Slurm and do what they are told; gpuforge's
+own automatic actions go through :mod:`gpuforge.admission` (docs/slurm.md).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ from pathlib import Path
 
 import click
 
-from gpuforge.cli.common import echo_json, json_option
+from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.errors import InputError
 from gpuforge.inventory.reader import host_vars
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmClient
@@ -126,3 +132,79 @@ def resume_cmd(
     """Return drained or down NODES to service; nodes already in service stay as they are."""
     changes = control.resume(_client(via, inventory), nodes, reason, timeout=timeout)
     _echo_changes(changes, as_json)
+
+
+@slurm_group.group("window")
+def window_group() -> None:
+    """Maintenance windows gpuforge opened (a killed run may leave one open)."""
+
+
+cluster_option = click.option(
+    "--cluster", required=True, help="Cluster name (the topology spec's name)."
+)
+
+
+def _admission(
+    cluster: str, state_dir: Path, via: str | None, inventory: Path | None, timeout: float
+) -> Admission:
+    path = record_path(state_dir, cluster)
+    if not path.is_file():
+        raise InputError(f"no admission record for cluster {cluster} at {path}")
+    return Admission(
+        _client(via, inventory), AdmissionRecord(path), source="operator", timeout=timeout
+    )
+
+
+@window_group.command("list")
+@cluster_option
+@state_option
+@json_option
+def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
+    """List the windows recorded open, with the state each node had before."""
+    path = record_path(state_dir, cluster)
+    windows = AdmissionRecord(path).windows() if path.is_file() else []
+    if as_json:
+        echo_json(
+            [
+                {
+                    "name": w.name,
+                    "nodes": list(w.nodes),
+                    "before": dict(w.before),
+                    "decided": sorted(w.decided),
+                    "opened_at": w.opened_at,
+                }
+                for w in windows
+            ]
+        )
+        return
+    for w in windows:
+        drained = sum(1 for r in w.before.values() if r is not None)
+        click.echo(
+            f"{w.name}: {control.collect_nodes(w.nodes)} ({len(w.nodes)} nodes, {drained} drained "
+            f"before, {len(w.decided)} decided)"
+        )
+
+
+@window_group.command("close")
+@click.argument("name")
+@cluster_option
+@state_option
+@via_option
+@inventory_option
+@timeout_option
+@json_option
+def window_close(
+    *,
+    name: str,
+    cluster: str,
+    state_dir: Path,
+    via: str | None,
+    inventory: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Close window NAME: undecided nodes get their earlier state back, the reservation goes."""
+    restored = _admission(cluster, state_dir, via, inventory, timeout).close_window(name)
+    _echo_changes(restored, as_json)
+    if not as_json:
+        click.echo(f"window {name} closed")

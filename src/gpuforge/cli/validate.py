@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge import admission
-from gpuforge.errors import InputError
+from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.cli.common import state_option
+from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.pipeline import wire
 from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import BatchSummary, Tier, Verdict
-from gpuforge.validate.verdict import SlurmAction, apply_verdicts
 
 
-def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
+def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
     acted = {a.node: a for a in actions}
     table = Table(title=f"gpuforge validate ({summary.tier.value})")
     for col in ("node", "verdict", "reasons", "warnings", "slurm"):
@@ -43,7 +43,7 @@ def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
     "inventory",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Generated inventory directory (gpuforge inventory generate).",
+    help="Cluster directory: generated/ and site/ (gpuforge inventory generate).",
 )
 @click.option("--limit", help="GPU nodes to validate, as a hostlist (gpu[001-016]).")
 @click.option("--phase", type=int, help="Validate the GPU nodes of this rollout phase.")
@@ -54,7 +54,11 @@ def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
     show_default=True,
     help="quick: conformance; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
 )
-@click.option("--drain", is_flag=True, help="Drain failing nodes and resume passing ones.")
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="Drain failing nodes and resume passing ones gpuforge drained (docs/slurm.md).",
+)
 @click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -77,6 +81,7 @@ def _table(summary: BatchSummary, actions: Sequence[SlurmAction]) -> Table:
     help="Level full: the maintenance reservation the NCCL jobs run in, made for the run over the "
     "nodes (drained ones resumed inside it, drained again after) and deleted at the end.",
 )
+@state_option
 def validate(
     *,
     inventory: Path,
@@ -88,6 +93,7 @@ def validate(
     gpu_burn_seconds: int,
     dcgm_level: str,
     reservation: str,
+    state_dir: Path,
 ) -> None:
     """Validate GPU nodes and decide admit / quarantine / hold for each.
 
@@ -106,14 +112,29 @@ def validate(
         reservation=reservation if multinode else None,
         work_dir=report_dir,
     )
-    window: AbstractContextManager[None] = nullcontext()
-    if multinode and wiring.slurm is not None and hosts:
-        window = admission.maintenance_window(wiring.slurm, reservation, hosts)
-    with window:
+    adm: Admission | None = None
+    if wiring.slurm is not None:
+        cluster = str(wiring.view.topology.get("name") or "cluster")
+        adm = Admission(
+            wiring.slurm, AdmissionRecord(record_path(state_dir, cluster)), source="validate"
+        )
+    window = reservation if multinode and adm is not None and hosts else None
+    actions: list[NodeAction] = []
+    if adm is not None and window:
+        adm.open_window(window, hosts)
+    try:
         summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
-    actions: list[SlurmAction] = []
-    if drain and wiring.slurm is not None:
-        actions = apply_verdicts(summary, wiring.slurm)
+        if drain and adm is not None:
+            try:
+                actions = adm.admit(summary.nodes, window=window)
+            except GpuforgeError as exc:
+                actions = [
+                    NodeAction(n.node, "none", False, detail=f"slurm unavailable: {exc}")
+                    for n in summary.nodes
+                ]
+    finally:
+        if adm is not None and window:
+            adm.close_window(window)
     paths = write_reports(summary, report_dir, actions=[a.to_dict() for a in actions])
     console = Console(stderr=False, soft_wrap=True)
     console.print(_table(summary, actions))

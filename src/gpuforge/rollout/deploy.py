@@ -22,22 +22,16 @@ from gpuforge.errors import InputError, Interrupted, OperationError
 from gpuforge.rollout.gate import evaluate_gate, require_previous_gate
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.rollout.state import GateRecord, NodeState, ResultRow, StateStore
+from gpuforge.slurm.control import NodeAction
+from gpuforge.validate.result import NodeVerdict, Verdict
 
 LEVELS = ("quick", "burnin", "full")
 
 
 @dataclass(frozen=True, slots=True)
-class NodeVerdict:
-    """What validation decided for one node."""
-
-    hostname: str
-    admit: bool
-    reasons: tuple[str, ...] = ()
-    inconclusive: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Validation:
+    """What the validate step returns: a verdict per node, the rows to record, the reports."""
+
     verdicts: dict[str, NodeVerdict]
     results: tuple[ResultRow, ...] = ()
     report_paths: tuple[Path, ...] = ()
@@ -55,11 +49,11 @@ class Steps(Protocol):
         ...
 
     def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
-        """Validate ``hosts`` (``admitted`` are known-good peers for multi-node tests)."""
+        """Validate ``hosts``; ``admitted`` nodes may serve as known-good test partners."""
         ...
 
-    def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
-        """Resume ``admitted`` in Slurm; drain ``quarantined`` with their reasons."""
+    def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
+        """Apply ``verdicts`` in Slurm through :mod:`gpuforge.admission`."""
         ...
 
 
@@ -217,7 +211,7 @@ def _validate(
     store.record_results(run_id, validation.results)
     verdicts = dict(validation.verdicts)
     for host in sorted(set(batch) - set(verdicts)):  # silence from the validators is no pass
-        verdicts[host] = NodeVerdict(host, False, ("no validation result",), inconclusive=True)
+        verdicts[host] = NodeVerdict(host, Verdict.HOLD, ("no validation result",))
     return verdicts, list(validation.report_paths)
 
 
@@ -227,19 +221,29 @@ def _admit(
     """Slurm first, then the record: a kill in between re-validates and re-admits."""
     if not verdicts:
         return []
-    admit = sorted(h for h, v in verdicts.items() if v.admit)
-    quarantine = {h: "; ".join(v.reasons) or "failed" for h, v in verdicts.items() if not v.admit}
-    steps.admit(admit, quarantine)
+    actions = {a.node: a for a in steps.admit([verdicts[h] for h in sorted(verdicts)])}
+    admit = sorted(h for h, v in verdicts.items() if v.verdict is Verdict.ADMIT)
+    quarantine = {
+        h: "; ".join(v.reasons) or "failed"
+        for h, v in verdicts.items()
+        if v.verdict is not Verdict.ADMIT
+    }
     store.transition(admit, NodeState.ADMITTED, "validation passed", run_id)
     store.transition(quarantine, NodeState.QUARANTINED, "", run_id, reasons=quarantine)
-    inconclusive = sorted(h for h, v in verdicts.items() if v.inconclusive)
-    if not inconclusive:
-        return []
-    return [
-        "validation was inconclusive on "
-        + ", ".join(inconclusive)
-        + ": not admitted, and drained so that no job lands on a node nobody validated"
+    # Admission never lifts someone else's drain: say so for a node that passed but stays out.
+    notes = [
+        f"{h} passed validation but stays drained: {actions[h].detail}"
+        for h in admit
+        if h in actions and "DRAIN" in actions[h].after
     ]
+    inconclusive = sorted(h for h, v in verdicts.items() if v.verdict is Verdict.HOLD)
+    if inconclusive:
+        notes.append(
+            "validation was inconclusive on "
+            + ", ".join(inconclusive)
+            + ": not admitted, and left in Slurm as they were (a new node stays drained)"
+        )
+    return notes
 
 
 def _stop_on_infra(infra: tuple[str, ...], problems: dict[str, str], step: str) -> None:

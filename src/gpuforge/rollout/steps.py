@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuforge.admission import Admission
 from gpuforge.inventory.reader import InventoryDir, host_vars
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
-from gpuforge.slurm import control
-from gpuforge.slurm.control import SlurmClient
+from gpuforge.slurm.control import NodeAction, SlurmClient
+from gpuforge.validate.result import NodeVerdict
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
 
@@ -27,9 +28,11 @@ class AnsibleSteps:
     inventory: Path  # the cluster directory: its generated and site layers
     artifacts: Path  # ansible-runner event logs, one folder per play
     validate_fn: ValidateFn
-    slurm: SlurmClient
+    admission: Admission
     #: Maintenance reservation the batch is validated in (closed to users, open to acceptance jobs).
     reservation: str = "gpuforge_validation"
+    #: Admitted, idle nodes taken into the window as known-good partners (burnin and full).
+    partners: int = 2
     on_event: EventHandler | None = None
     #: Where the running play's process group is recorded (beside the cluster lock).
     play_record: Path | None = None
@@ -67,20 +70,22 @@ class AnsibleSteps:
         return failed
 
     def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
-        # New nodes join drained, and srun starts nothing on a drained node: resume the batch
-        # inside a root-only maintenance reservation for the acceptance jobs.
-        control.reserve(self.slurm, self.reservation, hosts)
-        control.resume(
-            self.slurm, hosts, f"gpuforge: validating inside reservation {self.reservation}"
+        # New nodes join drained, and srun starts nothing on a drained node: the batch is
+        # resumed inside a root-only maintenance window for the acceptance jobs, with a few
+        # idle admitted nodes as known-good partners. The window is recorded before Slurm is
+        # touched; admit() closes it, and so does the next run after a kill.
+        partners = (
+            [] if level == "quick" else self.admission.idle_in_service(admitted, self.partners)
         )
-        return self.validate_fn(hosts, level, admitted)
+        self.admission.open_window(self.reservation, [*hosts, *partners])
+        try:
+            return self.validate_fn(hosts, level, partners)
+        except BaseException:
+            self.admission.close_window(self.reservation)
+            raise
 
-    def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
-        if admitted:
-            control.resume(self.slurm, admitted, "gpuforge: validation passed")
-        by_reason: dict[str, list[str]] = {}
-        for host, reason in quarantined.items():
-            by_reason.setdefault(f"gpuforge: {reason}"[:250], []).append(host)
-        for reason, hosts in sorted(by_reason.items()):
-            control.drain(self.slurm, hosts, reason)
-        control.release(self.slurm, self.reservation)  # admitted nodes open to users
+    def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
+        try:
+            return self.admission.admit(verdicts, window=self.reservation)
+        finally:
+            self.admission.close_window(self.reservation)  # admitted nodes open to users

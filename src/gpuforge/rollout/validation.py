@@ -1,33 +1,29 @@
-"""Validation as the rollout uses it: the validators' pipeline, turned into deploy verdicts."""
+"""Validation as the rollout runs it: the validators' pipeline, their reports, rows to record.
+
+The verdicts pass through unchanged: deploy and ``gpuforge validate`` share one
+:class:`~gpuforge.validate.result.NodeVerdict` and one admission module.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
-from gpuforge.rollout.deploy import NodeVerdict, Validation
+from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.state import ResultRow
 from gpuforge.validate import pipeline
 from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, Tier, Verdict
+from gpuforge.validate.result import BatchSummary, Tier
 
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
-def to_validation(summary: BatchSummary, report_paths: tuple[Path, ...] = ()) -> Validation:
-    """Map the validators' verdicts (admit / quarantine / hold) onto the rollout's."""
-    verdicts = {
-        n.node: NodeVerdict(
-            n.node,
-            admit=n.verdict is Verdict.ADMIT,
-            reasons=n.reasons or (("inconclusive",) if n.verdict is Verdict.HOLD else ()),
-            inconclusive=n.verdict is Verdict.HOLD,
-        )
-        for n in summary.nodes
-    }
-    rows = tuple(
+def result_rows(summary: BatchSummary) -> tuple[ResultRow, ...]:
+    """Every check result of ``summary`` as a row of the rollout record."""
+    return tuple(
         ResultRow(
             r.node,
             r.check,
@@ -39,18 +35,27 @@ def to_validation(summary: BatchSummary, report_paths: tuple[Path, ...] = ()) ->
         )
         for r in summary.results
     )
-    return Validation(verdicts, rows, report_paths)
 
 
 def validate_with_validators(
-    inventory: Path, hosts: list[str], level: str, report_dir: Path, reservation: str | None = None
+    inventory: Path,
+    hosts: list[str],
+    level: str,
+    report_dir: Path,
+    *,
+    reservation: str | None = None,
+    known_good: Sequence[str] = (),
 ) -> Validation:
     """Run the validators at ``level`` on ``hosts`` and write their JSON/JUnit/HTML reports.
 
-    ``reservation`` is the Slurm reservation the acceptance jobs run in (nodes not admitted yet).
+    ``reservation`` is the Slurm reservation the acceptance jobs run in (nodes not admitted yet);
+    ``known_good`` are admitted, idle nodes the multi-node tests may pair suspects with.
     """
     wiring = pipeline.wire(inventory)
     options = pipeline.Options(level=Tier(level), work_dir=report_dir, reservation=reservation)
-    summary = pipeline.run_validation(wiring.view, hosts, options, wiring.deps)
+    summary = pipeline.run_validation(
+        wiring.view, hosts, options, wiring.deps, known_good=known_good
+    )
     paths = write_reports(summary, report_dir)
-    return to_validation(summary, tuple(paths.values()))
+    verdicts = {n.node: n for n in summary.nodes}
+    return Validation(verdicts, result_rows(summary), tuple(paths.values()))

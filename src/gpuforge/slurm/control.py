@@ -258,6 +258,7 @@ class NodeAction:
     detail: str = ""
     before: str = ""
     after: str = ""
+    shadow: bool = False  # decided and recorded, but not done (admission's shadow mode)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""

@@ -77,9 +77,18 @@ class Deps:
 
 
 def run_validation(
-    view: ClusterView, hosts: Sequence[str], opts: Options, deps: Deps
+    view: ClusterView,
+    hosts: Sequence[str],
+    opts: Options,
+    deps: Deps,
+    *,
+    known_good: Sequence[str] = (),
 ) -> BatchSummary:
-    """Run the tiers up to ``opts.level`` on ``hosts`` and decide every node."""
+    """Run the tiers up to ``opts.level`` on ``hosts`` and decide every node.
+
+    ``known_good``: admitted, idle nodes outside the batch (held in the batch's maintenance
+    reservation by the caller) that ib_write_bw may pair a suspect with; they get no verdict.
+    """
     started = deps.now()
     results: list[CheckResult] = []
     findings: list[Finding] = []
@@ -97,7 +106,7 @@ def run_validation(
     level = _LEVELS.index(opts.level)
     if level >= 1 and not fatal:
         eligible = _still_eligible(hosts, results)
-        results += _burnin(view, eligible, opts, deps, meta)
+        results += _burnin(view, eligible, opts, deps, meta, known_good)
     if level >= 2 and not fatal:
         eligible = _still_eligible(hosts, results)
         node_results, multi_findings = _nccl(view, eligible, opts, deps, meta)
@@ -130,8 +139,13 @@ def _pmap(
         return [r for rs in pool.map(fn, nodes) for r in rs]
 
 
-def _burnin(
-    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps, meta: dict[str, Any]
+def _burnin(  # noqa: PLR0917 - the run's context, passed down unchanged
+    view: ClusterView,
+    nodes: Sequence[str],
+    opts: Options,
+    deps: Deps,
+    meta: dict[str, Any],
+    known_good: Sequence[str] = (),
 ) -> list[CheckResult]:
     def per_node(node: str) -> list[CheckResult]:
         nt = view.node_type(node)
@@ -146,7 +160,7 @@ def _burnin(
         return out
 
     results = _pmap(per_node, nodes, opts.parallel)
-    results += _ib_write_bw(view, nodes, deps)
+    results += _ib_write_bw(view, nodes, deps, known_good)
     gflops = {
         r.node: float(r.measured)
         for r in results
@@ -181,11 +195,14 @@ def _gpu_burn_floor(node_type: Mapping[str, Any]) -> float | None:
         return None
 
 
-def _ib_write_bw(view: ClusterView, nodes: Sequence[str], deps: Deps) -> list[CheckResult]:
-    if len(nodes) < 2:
+def _ib_write_bw(
+    view: ClusterView, nodes: Sequence[str], deps: Deps, known_good: Sequence[str] = ()
+) -> list[CheckResult]:
+    partners = [n for n in known_good if n not in set(nodes)]
+    if not nodes or len(nodes) + len(partners) < 2:
         return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Tier.BURNIN)
-    rails = {n: view.rails(n) for n in nodes}
-    address = {n: str(view.node(n).get("mgmt_address") or n) for n in nodes}
+    rails = {n: view.rails(n) for n in [*nodes, *partners]}
+    address = {n: str(view.node(n).get("mgmt_address") or n) for n in rails}
     count = min(len(r) for r in rails.values())
     out: list[CheckResult] = []
 
@@ -207,7 +224,11 @@ def _ib_write_bw(view: ClusterView, nodes: Sequence[str], deps: Deps) -> list[Ch
             )
 
         out += burnin.ib_write_bw_rail(
-            run_pair, nodes, rate_gbps=view.rate_gbps, make_pair=make_pair
+            run_pair,
+            nodes,
+            rate_gbps=view.rate_gbps,
+            make_pair=make_pair,
+            references=[p for p in partners if len(rails[p]) > rail],
         )
     return out
 

@@ -1,22 +1,16 @@
-"""From results to actions: peer comparison inside a batch, and Slurm drain/resume.
+"""Verdict inputs that need the whole batch: peer comparison, and results for checks not run.
 
 The rules that turn one node's results into a verdict live in :mod:`gpuforge.validate.result`
-(:func:`~gpuforge.validate.result.decide`); this module adds what needs the whole batch.
+(:func:`~gpuforge.validate.result.decide`); what a verdict does in Slurm is
+:mod:`gpuforge.admission`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-from gpuforge.errors import GpuforgeError
-from gpuforge.slurm import control
-from gpuforge.slurm.control import SlurmClient
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier, Verdict
+from gpuforge.validate.result import CheckResult, Status, Tier
 from gpuforge.validate.thresholds import PEER_FAIL_Z, PEER_MIN, PEER_WARN_Z, peer_scores
-
-#: Reasons we set start with this; only nodes drained with such a reason (or none) are resumed.
-REASON_PREFIX = "gpuforge"
 
 
 def peer_results(
@@ -71,79 +65,6 @@ def peer_results(
             )
         )
     return out
-
-
-@dataclass(frozen=True)
-class SlurmAction:
-    """What the validation did (or deliberately did not do) to a node in Slurm."""
-
-    node: str
-    action: str  # drain | resume | none
-    changed: bool
-    detail: str
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON form."""
-        return {
-            "node": self.node,
-            "action": self.action,
-            "changed": self.changed,
-            "detail": self.detail,
-        }
-
-
-def ours(reason: str) -> bool:
-    """A drain reason gpuforge set (or no reason at all), which a pass may therefore clear."""
-    return not reason.strip() or reason.strip().lower().startswith(REASON_PREFIX)
-
-
-def apply_verdicts(summary: BatchSummary, client: SlurmClient) -> list[SlurmAction]:
-    """Drain quarantined nodes, resume admitted ones that we had drained, leave held ones alone.
-
-    A node drained by someone else (a reason not starting with ``gpuforge``) is never resumed:
-    an operator's ``RMA ticket`` outranks a passing validation.
-    """
-    actions: list[SlurmAction] = []
-    names = [n.node for n in summary.nodes]
-    if not names:
-        return actions
-    try:
-        states = {s.name: s for s in control.node_states(client, names)}
-    except GpuforgeError as exc:
-        return [SlurmAction(n, "none", False, f"slurm unavailable: {exc}") for n in names]
-    for nv in summary.nodes:
-        state = states.get(nv.node)
-        if state is None:
-            actions.append(SlurmAction(nv.node, "none", False, "unknown to Slurm"))
-            continue
-        if nv.verdict is Verdict.QUARANTINE:
-            changes = control.drain(client, [nv.node], nv.drain_reason)
-            actions.append(
-                SlurmAction(nv.node, "drain", any(c.changed for c in changes), nv.drain_reason)
-            )
-        elif nv.verdict is Verdict.HOLD:
-            actions.append(
-                SlurmAction(
-                    nv.node,
-                    "none",
-                    False,
-                    "inconclusive (" + ",".join(nv.reasons) + "): neither drained nor resumed",
-                )
-            )
-        elif state.resumable and ours(state.reason):
-            changes = control.resume(client, [nv.node], f"{REASON_PREFIX}: validation passed")
-            actions.append(
-                SlurmAction(nv.node, "resume", any(c.changed for c in changes), "passed")
-            )
-        elif state.resumable:
-            actions.append(
-                SlurmAction(
-                    nv.node, "none", False, f"passed, but drained by someone else: {state.reason}"
-                )
-            )
-        else:
-            actions.append(SlurmAction(nv.node, "none", False, f"passed; {state.state_text}"))
-    return actions
 
 
 def merge(*groups: Iterable[CheckResult]) -> list[CheckResult]:

@@ -23,7 +23,7 @@ from gpuforge.resources import project_path
 pytestmark = pytest.mark.slow
 
 TASKS = project_path("roles") / "slurm" / "tasks"
-JOIN_REASON = "gpuforge: not yet validated"
+JOIN_REASON = "gpuforge:join:validate"
 
 FAKE_SCONTROL = r"""#!PYTHON
 import json, os, sys

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.playbook import run_playbook
-from gpuforge.rollout.deploy import NodeVerdict, Validation
+from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.state import ResultRow
+from gpuforge.slurm.control import NodeAction
+from gpuforge.validate.result import NodeVerdict, Verdict
 
 
 @dataclass
@@ -35,7 +37,9 @@ class FakeSteps:
         self.calls.append(("validate", tuple(hosts)))
         time.sleep(self.delay_s)
         verdicts = {
-            h: NodeVerdict(h, h not in self.faulty, (self.faulty[h],) if h in self.faulty else ())
+            h: NodeVerdict(h, Verdict.QUARANTINE, (self.faulty[h],))
+            if h in self.faulty
+            else NodeVerdict(h, Verdict.ADMIT)
             for h in hosts
         }
         results = tuple(
@@ -52,12 +56,18 @@ class FakeSteps:
         )
         return Validation(verdicts, results)
 
-    def admit(self, admitted: list[str], quarantined: dict[str, str]) -> None:
+    def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
+        admitted = [v.node for v in verdicts if v.verdict is Verdict.ADMIT]
         self.calls.append(("admit", tuple(admitted)))
-        for h in admitted:
-            self.slurm[h] = "resumed"
-        for h, why in quarantined.items():
-            self.slurm[h] = f"drained: {why}"
+        out = []
+        for v in verdicts:
+            if v.verdict is Verdict.ADMIT:
+                self.slurm[v.node] = "resumed"
+                out.append(NodeAction(v.node, "resume", True, after="IDLE"))
+            elif v.verdict is Verdict.QUARANTINE:
+                self.slurm[v.node] = f"drained: {'; '.join(v.reasons)}"
+                out.append(NodeAction(v.node, "drain", True, after="IDLE+DRAIN"))
+        return out
 
 
 #: Stands in for ansible-playbook: forks a worker (as Ansible does), records both pids and notes

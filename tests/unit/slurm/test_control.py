@@ -304,6 +304,7 @@ def test_cli_resume_json(cli: CliRunner) -> None:
         "detail": "",
         "before": "IDLE+DRAIN",
         "after": "IDLE",
+        "shadow": False,
     }
 
 

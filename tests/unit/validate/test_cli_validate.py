@@ -132,7 +132,16 @@ def invoke(monkeypatch: pytest.MonkeyPatch, w: pipeline.Wiring, tmp: Path, *args
     monkeypatch.setattr(cli_validate, "wire", lambda *_a, **_k: w)
     return CliRunner().invoke(
         main,
-        ["validate", "--inventory", str(tmp / "inv"), "--report-dir", str(tmp / "out"), *args],
+        [
+            "validate",
+            "--inventory",
+            str(tmp / "inv"),
+            "--report-dir",
+            str(tmp / "out"),
+            "--state-dir",
+            str(tmp / "state"),
+            *args,
+        ],
     )
 
 
@@ -151,12 +160,12 @@ def test_quick_failure_exit_1_and_drain(tmp_path: Path, monkeypatch, fake) -> No
     w, sl = wiring(
         tmp_path,
         failing={"gpu02": "gpu.count"},
-        drained={"gpu05": "gpuforge: awaiting validation", "gpu06": "RMA 4711"},
+        drained={"gpu05": "gpuforge:join:validate", "gpu06": "RMA 4711"},
         fake=fake,
     )
     res = invoke(monkeypatch, w, tmp_path, "--drain")
     assert res.exit_code == 1, res.output
-    assert sl.nodes["gpu02"] == ("IDLE+DRAIN", "gpuforge: failed gpu.count")
+    assert sl.nodes["gpu02"] == ("IDLE+DRAIN", "gpuforge:gpu.count:quarantine")
     assert sl.nodes["gpu05"] == ("IDLE", "")  # ours: resumed
     assert sl.nodes["gpu06"] == ("IDLE+DRAIN", "RMA 4711")  # someone else's: left alone
     assert "quarantine" in res.output

@@ -52,7 +52,7 @@ def test_new_node_joins_drained_and_is_idle_once_admitted(host: Any, node: str) 
     Runs right after the first converge (molecule's verify): the node has never been resumed.
     """
     row = sinfo(host)[node]
-    assert (row.state, row.reason) == ("drained", "gpuforge: not yet validated")
+    assert (row.state, row.reason) == ("drained", "gpuforge:join:validate")
     slurm.resume(HostRunner(host), node, "molecule: admitted")
     assert wait_idle(host, node) == "idle"
 
