@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.inventory.reader import InventoryDir
@@ -82,10 +83,19 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
         steps = AnsibleSteps(
             inventory=inventory,
             artifacts=run_dir / "ansible",
-            validate_fn=lambda hosts, lvl, _peers: validate_with_validators(
-                inventory, hosts, lvl, run_dir / "validation", reservation
+            validate_fn=lambda hosts, lvl, peers: validate_with_validators(
+                inventory,
+                hosts,
+                lvl,
+                run_dir / "validation",
+                reservation=reservation,
+                known_good=peers,
             ),
-            slurm=controller_client(inventory, controllers[0]),
+            admission=Admission(
+                controller_client(inventory, controllers[0]),
+                AdmissionRecord(record_path(state_dir, cluster.name)),
+                source="deploy",
+            ),
             reservation=reservation,
             on_event=progress.event,
             play_record=play_record(lock),
