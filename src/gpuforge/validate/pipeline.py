@@ -289,8 +289,10 @@ def multinode_acceptance(
         )
         # A node good on all rails together may still be bad on one: rail tests start afresh.
         good = set() if per_rail else all_rails_good
+        # A one-rail test crosses that rail's leaves only: localize to those switches.
+        leaves = leaf_of if test.rail is None else {f.hostname: f.leaves[test.rail] for f in fabric}
         for group in test.groups:
-            loc = nccl.Localizer(run, floor, leaf_of, good=set(good)).localize(
+            loc = nccl.Localizer(run, floor, leaves, good=set(good), rail=test.rail).localize(
                 group, what=test.name
             )
             good |= set(loc.cleared)
@@ -299,6 +301,7 @@ def multinode_acceptance(
             results += nccl.localization_results(
                 loc, check=f"nccl.multinode.{test.name}", floor_gbs=floor
             )
+    findings = nccl.merge_findings(findings, nccl.FabricMap.build(fabric, view.topology))
     return results, findings, runs
 
 

@@ -2,11 +2,13 @@
 
 - :mod:`.plan`: which collectives a batch runs, from the topology (:func:`acceptance_plan`);
 - :mod:`.localize`: who (or which link) is to blame when one underperforms (:class:`Localizer`);
-- :mod:`.srun`: running nccl-tests, node-local and across nodes through ``srun``.
+- :mod:`.srun`: running nccl-tests, node-local and across nodes through ``srun``;
+- :mod:`.fabric`: fabric findings named by switch or rail from ``topology.json``.
 """
 
 from __future__ import annotations
 
+from gpuforge.validate.nccl.fabric import FabricMap, merge_findings
 from gpuforge.validate.nccl.localize import (
     Group,
     Localization,
@@ -27,6 +29,7 @@ from gpuforge.validate.nccl.srun import (
 
 __all__ = [
     "CollectiveUnavailable",
+    "FabricMap",
     "FabricNode",
     "Group",
     "Localization",
@@ -39,6 +42,7 @@ __all__ = [
     "judge_single_node",
     "largest_busbw",
     "localization_results",
+    "merge_findings",
     "run_bound",
     "single_node_command",
 ]

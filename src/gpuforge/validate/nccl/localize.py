@@ -70,7 +70,9 @@ class Localizer:
     """Adaptive group testing over ``run`` (see the module docstring).
 
     ``leaf_of`` maps a node to its leaf-group key (the tuple of its leaves, one per rail, as a
-    string); ``floor`` gives the passing busbw for a group (a number or a function of the group).
+    string; for a one-rail test, the node's leaf on that rail); ``floor`` gives the passing busbw
+    for a group (a number or a function of the group). ``rail`` is the one rail a per-rail test
+    runs on (None: all rails): its leaf findings name that rail's switches.
     """
 
     run: RunCollective
@@ -79,6 +81,7 @@ class Localizer:
     max_parallel: int = 16
     runs: list[Run] = field(default_factory=list)
     good: set[str] = field(default_factory=set)
+    rail: int | None = None
     _round: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -276,8 +279,9 @@ class Localizer:
                 Finding(
                     "leaf-uplink",
                     leaf,
-                    f"cross-leaf collectives through leaf group {leaf} underperform while "
-                    "intra-leaf ones pass: check that leaf's uplinks (iblinkinfo, port counters)",
+                    f"cross-leaf collectives{self._on_rail()} through leaf group {leaf} "
+                    "underperform while intra-leaf ones pass: check that leaf's uplinks "
+                    "(iblinkinfo, port counters)",
                     evidence,
                 )
                 for leaf in blamed
@@ -286,10 +290,14 @@ class Localizer:
             Finding(
                 "leaf-path",
                 f"{'+'.join(leaves_a)} <-> {'+'.join(leaves_b)}",
-                "collectives between these leaf groups underperform while each side passes alone",
+                f"collectives{self._on_rail()} between these leaf groups underperform while each "
+                "side passes alone",
                 evidence,
             )
         ]
+
+    def _on_rail(self) -> str:
+        return "" if self.rail is None else f" on rail {self.rail}"
 
 
 def run_bound(culprits: int, nodes: int) -> int:
