@@ -23,9 +23,6 @@ import hostlist
 
 SCHEMA_VERSION = 1
 EVIDENCE_MAX = 2000
-#: Longest drain reason we set. Slurm stores any length, but ``sinfo -R`` and ``scontrol show
-#: node`` print it on one line, and our reasons must stay readable there.
-REASON_MAX = 200
 _ELISION = "\n[... {n} characters elided ...]\n"
 
 Measured = str | int | float | bool | None
@@ -165,22 +162,6 @@ class NodeVerdict:
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     results: tuple[CheckResult, ...] = ()
-
-    @property
-    def drain_reason(self) -> str:
-        """A Slurm drain reason naming the failed checks, at most ``REASON_MAX`` characters.
-
-        Names are never cut in the middle: those that do not fit are counted (``+2 more``); the
-        report has them all.
-        """
-        head = "gpuforge: failed "
-        names = list(self.reasons)
-        for n in range(len(names), 0, -1):
-            more = len(names) - n
-            text = head + ",".join(names[:n]) + (f" +{more} more" if more else "")
-            if len(text) <= REASON_MAX:
-                return text
-        return (head + names[0])[: REASON_MAX - 3] + "..." if names else head.rstrip()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema ``SCHEMA_VERSION``)."""

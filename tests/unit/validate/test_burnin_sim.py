@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from simlab import SimRunner, state
 
+from gpuforge.admission import verdict_reason
 from gpuforge.validate import burnin
 from gpuforge.validate.result import EVIDENCE_MAX, Status, decide
 from gpuforge.validate.thresholds import for_sku
@@ -56,7 +57,8 @@ def test_dcgm_failure_is_named_and_explained(
     assert len(r.evidence) <= EVIDENCE_MAX
     verdict = decide("gpu001", results)
     assert check in verdict.reasons
-    assert check in verdict.drain_reason
+    more = f"+{len(verdict.reasons) - 1}" if len(verdict.reasons) > 1 else ""
+    assert verdict_reason(verdict) == f"gpuforge:{verdict.reasons[0]}{more}:quarantine"
     assert "burnin.dcgm_diag_r3" not in verdict.reasons
 
 

@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from gpuforge.admission import REASON_MAX, verdict_reason
 from gpuforge.validate.report import to_html, to_json, to_junit, write_reports
 from gpuforge.validate.result import (
     EVIDENCE_MAX,
@@ -38,7 +39,7 @@ def test_fail_quarantines_with_failed_check_names() -> None:
     v = decide("n1", [r("n1", "a", "pass"), r("n1", "b", "fail"), r("n1", "c", "error")])
     assert v.verdict is Verdict.QUARANTINE
     assert v.reasons == ("b",)
-    assert "b" in v.drain_reason
+    assert verdict_reason(v) == "gpuforge:b:quarantine"
 
 
 def test_error_holds_never_quarantines() -> None:
@@ -178,18 +179,15 @@ def test_excerpt_keeps_the_explanation_from_the_middle() -> None:
     assert excerpt("short", ["nothing"]) == "short"
 
 
-def test_drain_reason_names_whole_checks_within_the_limit() -> None:
-    from gpuforge.validate.result import REASON_MAX, NodeVerdict  # noqa: PLC0415
+def test_drain_reason_names_a_whole_check_within_the_limit() -> None:
+    from gpuforge.validate.result import NodeVerdict  # noqa: PLC0415
 
     names = tuple(f"dcgm.page_retirement_row_remap[gpu{i}]" for i in range(8))
-    v = NodeVerdict("n1", Verdict.QUARANTINE, names)
-    reason = v.drain_reason
+    reason = verdict_reason(NodeVerdict("n1", Verdict.QUARANTINE, names))
     assert len(reason) <= REASON_MAX
-    assert reason.startswith("gpuforge: failed dcgm.page_retirement_row_remap[gpu0],")
-    assert reason.endswith(" more")
-    assert "..." not in reason
-    short = NodeVerdict("n1", Verdict.QUARANTINE, ("dcgm.pcie[gpu2]",)).drain_reason
-    assert short == "gpuforge: failed dcgm.pcie[gpu2]"
+    assert reason == "gpuforge:dcgm.page_retirement_row_remap[gpu0]+7:quarantine"
+    short = verdict_reason(NodeVerdict("n1", Verdict.QUARANTINE, ("dcgm.pcie[gpu2]",)))
+    assert short == "gpuforge:dcgm.pcie[gpu2]:quarantine"
 
 
 def test_passes_with_a_message_are_one_note_per_check_and_message() -> None:
