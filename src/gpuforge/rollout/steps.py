@@ -2,18 +2,55 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.admission import Admission
-from gpuforge.inventory.reader import InventoryDir, host_vars
+from gpuforge.errors import InputError
+from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
+from gpuforge.rollout import reach
 from gpuforge.rollout.deploy import Validation
 from gpuforge.slurm.control import NodeAction, SlurmClient
 from gpuforge.validate.result import NodeVerdict
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
+
+PREFLIGHT_ROUND_S = 120
+"""Preflight of one round of ``forks`` nodes: a few read-only tasks."""
+PROVISION_ROUND_S = 3600
+"""Provisioning of one round of ``forks`` nodes: packages, a driver build, a reboot at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlayTimeout:
+    """ansible-runner's whole-run limit, scaled with the batch: rounds of ``forks`` hosts."""
+
+    forks: int = 16
+    fixed_s: int = 600
+    override_s: int | None = None
+
+    @classmethod
+    def from_env(cls) -> PlayTimeout:
+        """``GPUFORGE_PLAY_TIMEOUT_S`` (one limit for every play) and ``GPUFORGE_FORKS``."""
+        raw = os.environ.get("GPUFORGE_PLAY_TIMEOUT_S")
+        forks = os.environ.get("GPUFORGE_FORKS", "16")
+        try:
+            override = int(raw) if raw else None
+            return cls(forks=max(1, int(forks)), override_s=override)
+        except ValueError:
+            raise InputError(
+                f"GPUFORGE_PLAY_TIMEOUT_S={raw!r} / GPUFORGE_FORKS={forks!r}: not whole numbers"
+            ) from None
+
+    def for_batch(self, hosts: int, per_round_s: int) -> int:
+        """Seconds the play on ``hosts`` hosts may run in all."""
+        if self.override_s is not None:
+            return self.override_s
+        return self.fixed_s + per_round_s * max(1, math.ceil(hosts / self.forks))
 
 
 def controller_client(inventory: Path, controller: str) -> SlurmClient:
@@ -38,28 +75,54 @@ class AnsibleSteps:
     play_record: Path | None = None
     runs: dict[str, RunResult] = field(default_factory=dict)
 
-    def _play(self, name: str, playbook: str, hosts: list[str]) -> RunResult:
+    #: The whole-run limit of a play: a fixed part plus one per round of ``forks`` hosts.
+    #: ``GPUFORGE_PLAY_TIMEOUT_S`` replaces it with one number.
+    play_timeout: PlayTimeout = field(default_factory=PlayTimeout.from_env)
+
+    def _play(
+        self,
+        name: str,
+        playbook: str,
+        hosts: list[str],
+        *,
+        per_round_s: int,
+        env: dict[str, str] | None = None,
+    ) -> RunResult:
         result = run_playbook(
             playbook,
             InventoryDir.open(self.inventory).sources,
             limit=",".join(hosts),
             artifact_dir=self.artifacts / name,
             on_event=self.on_event,
+            timeout_s=self.play_timeout.for_batch(len(hosts), per_round_s),
+            forks=self.play_timeout.forks,
             play_record=self.play_record,
+            env=env,
         )
         self.runs[name] = result
         return result
 
     def preflight(self, hosts: list[str]) -> dict[str, str]:
-        result = self._play("preflight", "preflight.yml", hosts)
-        problems = {h: f"unreachable: {m}" for h, m in result.unreachable.items()}
+        # One deadline for the whole batch first: only nodes whose sshd answers go on.
+        hostvars = list_inventory(self.inventory).get("_meta", {}).get("hostvars", {})
+        silent = reach.probe(reach.targets(hostvars, hosts))
+        problems = {h: f"unreachable: {why}" for h, why in silent.items()}
+        answering = [h for h in hosts if h not in silent]
+        if not answering:
+            return problems
+        # The probe saw each sshd answer: no retries, and a short wait for the rest.
+        env = {"ANSIBLE_SSH_RETRIES": "0", "ANSIBLE_TIMEOUT": str(int(reach.DEADLINE_S))}
+        result = self._play(
+            "preflight", "preflight.yml", answering, per_round_s=PREFLIGHT_ROUND_S, env=env
+        )
+        problems.update({h: f"unreachable: {m}" for h, m in result.unreachable.items()})
         problems.update({h: f"preflight: {m}" for h, m in result.failed.items()})
-        silent = sorted(set(hosts) - set(result.hosts) - set(problems))
-        problems.update(dict.fromkeys(silent, "preflight: the play never reached this host"))
+        never = sorted(set(answering) - set(result.hosts) - set(problems))
+        problems.update(dict.fromkeys(never, "preflight: the play never reached this host"))
         return problems
 
     def provision(self, hosts: list[str]) -> dict[str, str]:
-        result = self._play("provision", "site.yml", hosts)
+        result = self._play("provision", "site.yml", hosts, per_round_s=PROVISION_ROUND_S)
         failed = dict(result.failed)
         for host, message in result.unreachable.items():
             failed[host] = f"unreachable during provisioning: {message}"
