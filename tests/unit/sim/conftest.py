@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuforge_sim.faults import load_fault_file, node_state
 
 from tests.unit.conftest import real_fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM_DIR = ROOT / "lab" / "sim"
 EXAMPLES = SIM_DIR / "examples"
-
-if str(SIM_DIR) not in sys.path:
-    sys.path.insert(0, str(SIM_DIR))
 
 VERSIONS = {
     "nvidia-driver-cuda": "570.133.20-1",
@@ -38,8 +36,6 @@ def cluster_info() -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def state_dir(tmp_path_factory: pytest.TempPathFactory, cluster_info: dict[str, Any]) -> Path:
-    from gpuforge_sim.faults import load_fault_file, node_state  # noqa: PLC0415 - after sys.path
-
     doc = load_fault_file(EXAMPLES / "faults-all.yaml")
     doc["time_scale"] = 0.0
     out = tmp_path_factory.mktemp("simstate")

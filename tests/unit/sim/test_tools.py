@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import SIM_DIR, VERSIONS, Runner, real, sim_env
+from gpuforge.validate.parsers import PARSERS
 
-parsers = pytest.importorskip("gpuforge.validate.parsers")
-PARSERS = parsers.PARSERS
+from .conftest import SIM_DIR, VERSIONS, Runner, real, sim_env
 
 
 def parse(kind: str, text: str) -> Any:
