@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from gpuforge.admission import is_ours, parse_reason
 from gpuforge.command import CommandResult, run_argv
 from gpuforge.lab import cluster
 from gpuforge.lab.paths import CONTAINERS_CONF
@@ -163,8 +164,10 @@ def test_phase_1_killed_while_provisioning_resumes_to_the_same_end(
 
     nodes = sinfo_nodes()
     assert nodes["rgpu02"].state == "drained"
-    assert nodes["rgpu02"].reason.startswith("gpuforge: ")
-    assert "gpu.row_remap" in nodes["rgpu02"].reason
+    reason = parse_reason(nodes["rgpu02"].reason)  # the one format: gpuforge:<check>:<action>
+    assert reason is not None, nodes["rgpu02"].reason
+    assert reason.check.startswith("gpu.row_remap")
+    assert reason.action == "quarantine"
     assert {nodes[n].state for n in ("rgpu01", "rgpu03", "rgpu04")} == {"idle"}
     assert nodes["rgpu05"].state != "idle"  # phase 2: not provisioned, never admitted
 
@@ -214,6 +217,6 @@ def test_validate_drains_exactly_the_faulty_nodes_and_finds_a_slow_nic(
         "rgpu04": "idle",
     }
     for node in ("rgpu01", "rgpu03"):
-        assert nodes[node].reason.startswith("gpuforge")
+        assert is_ours(nodes[node].reason), nodes[node].reason
     left = CONTROLLER.run(["scontrol", "show", "reservation"])
     assert "ReservationName=" not in left.stdout, left.stdout
