@@ -6,6 +6,7 @@ own automatic actions go through :mod:`gpuforge.admission` (docs/slurm.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -34,7 +35,7 @@ def _echo_changes(changes: list[NodeAction], as_json: bool) -> None:
         verb = "changed" if change.changed else "unchanged"
         click.echo(
             f"{change.node}: {change.action} {verb} ({change.before} -> {change.after}) "
-            f"reason: {change.reason}"
+            f"reason: {change.reason}" + (f" ({change.detail})" if change.detail else "")
         )
 
 
@@ -116,6 +117,14 @@ def drain_cmd(
     show_default=True,
     help="Why the nodes return to service (printed and returned; Slurm clears node reasons).",
 )
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the resumed nodes to leave transient states (IDLE+NOT_RESPONDING "
+    "until slurmd answers) before printing the state they are in; 0 prints it at once.",
+)
 @via_option
 @inventory_option
 @timeout_option
@@ -124,13 +133,29 @@ def resume_cmd(
     *,
     nodes: str,
     reason: str,
+    settle: float,
     via: str | None,
     inventory: Path | None,
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Return drained or down NODES to service; nodes already in service stay as they are."""
-    changes = control.resume(_client(via, inventory), nodes, reason, timeout=timeout)
+    """Return drained or down NODES to service; nodes already in service stay as they are.
+
+    The state printed after the arrow is the one Slurm settles in, not the transient state right
+    after the resume.
+    """
+    client = _client(via, inventory)
+    changes = control.resume(client, nodes, reason, timeout=timeout)
+    changed = [c.node for c in changes if c.changed]
+    if changed and settle > 0:
+        states, settled = control.settle(client, changed, within=settle, timeout=timeout)
+        note = "" if settled else f"still settling after {settle:g}s: slurmd has not answered yet"
+        changes = [
+            replace(c, after=states[c.node].state_text, detail=note or c.detail)
+            if c.node in states
+            else c
+            for c in changes
+        ]
     _echo_changes(changes, as_json)
 
 

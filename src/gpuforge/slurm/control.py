@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -395,6 +396,37 @@ def resume(
         )
         for name, state in before.items()
     ]
+
+
+#: Flags a node shows for a while after a resume, until slurmd answers slurmctld's next ping
+#: (``IDLE+NOT_RESPONDING`` for a node that was DOWN "Not responding"), or while it powers up.
+SETTLING_FLAGS = frozenset({"NOT_RESPONDING", "POWERING_UP"})
+
+
+def settle(
+    slurm: SlurmClient,
+    nodes: str | Iterable[str],
+    *,
+    within: float,
+    poll: float = 2.0,
+    timeout: float = DEFAULT_TIMEOUT,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, SlurmNode], bool]:
+    """The states ``nodes`` settle in: polled until none shows a :data:`SETTLING_FLAGS` flag.
+
+    Returns the last states read and whether they settled within ``within`` seconds; a node
+    still settling then is reported as it is (the caller says that it has not settled).
+    """
+    deadline = clock() + within
+    while True:
+        states = {s.name: s for s in node_states(slurm, nodes, timeout=timeout)}
+        settling = [s for s in states.values() if SETTLING_FLAGS.intersection(s.flags)]
+        if not settling:
+            return states, True
+        if clock() + poll > deadline:
+            return states, False
+        sleep(poll)
 
 
 @dataclass(frozen=True)

@@ -371,3 +371,59 @@ def test_node_in_a_maint_reservation_keeps_its_drain_reading(
     assert node.flags == ("DRAIN", "MAINT")
     assert node.drained
     assert node.reason == "burn-in failed"
+
+
+# -- a resume prints the state Slurm settles in --------------------------------------------------
+
+
+def _answers_after(fake: FakeSlurm, node: str, polls: int) -> None:
+    """After a resume, ``node`` reads IDLE+NOT_RESPONDING for ``polls`` reads, then IDLE."""
+    seen = {"reads": 0, "resumed": False}
+
+    def intercept(argv: list[str]) -> None:
+        if argv[:2] == ["scontrol", "update"] and "State=RESUME" in argv:
+            seen["resumed"] = True
+        elif seen["resumed"] and argv[:4] == ["scontrol", "--oneliner", "show", "node"]:
+            seen["reads"] += 1
+            # the fake answers after this hook: set what this read returns
+            done = seen["reads"] > polls
+            fake.nodes[node] = ("IDLE", "") if done else ("IDLE+NOT_RESPONDING", "")
+
+    fake.intercept = intercept  # type: ignore[assignment]
+
+
+def test_settle_waits_out_not_responding(ctl: SlurmClient, fake: FakeSlurm) -> None:
+    _answers_after(fake, "gpu04", polls=3)
+    slurm.resume(ctl, "gpu04", "back")
+    naps: list[float] = []
+    states, settled = slurm.settle(ctl, ["gpu04"], within=60, poll=2, sleep=naps.append)
+    assert settled
+    assert states["gpu04"].state_text == "IDLE"
+    assert naps == [2, 2]
+
+
+def test_settle_gives_up_after_its_time(ctl: SlurmClient, fake: FakeSlurm) -> None:
+    _answers_after(fake, "gpu04", polls=100)
+    slurm.resume(ctl, "gpu04", "back")
+    now = [0.0]
+
+    def nap(s: float) -> None:
+        now[0] += s
+
+    states, settled = slurm.settle(
+        ctl, ["gpu04"], within=10, poll=2, sleep=nap, clock=lambda: now[0]
+    )
+    assert not settled
+    assert states["gpu04"].state_text == "IDLE+NOT_RESPONDING"
+    assert now[0] <= 10
+
+
+def test_cli_resume_prints_the_settled_state(
+    cli: CliRunner, fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _answers_after(fake, "gpu04", polls=2)
+    monkeypatch.setattr("gpuforge.slurm.control.time.sleep", lambda _s: None)
+    result = cli.invoke(main, ["slurm", "resume", "gpu04", "--reason", "fixed"])
+    assert result.exit_code == 0, result.output
+    # before: "(DOWN+NOT_RESPONDING -> IDLE+NOT_RESPONDING)", the state right after the resume
+    assert "(DOWN+NOT_RESPONDING -> IDLE)" in result.output
