@@ -168,6 +168,14 @@ class Subnet(_Spec):
     gateway: IPv4Address | None = Field(default=None, description="Default: first host address")
     host_offset: int = Field(default=10, ge=1, description="Address offset of the first node")
 
+    @field_validator("subnet", "gateway", mode="before")
+    @classmethod
+    def _written_as_text(cls, value: object) -> object:
+        # ipaddress also takes integers (and so booleans): 'subnet: 1' would be 0.0.0.1/32.
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{value!r} is not an address: write it as text, e.g. 10.0.0.0/24")
+        return value
+
 
 class Addressing(_Spec):
     """Address plan: management, BMC and one compute subnet per rail."""

@@ -45,6 +45,11 @@ def _huge_hostlist(data: dict[str, Any]) -> bytes:
     return yaml.safe_dump(data, sort_keys=False).encode()
 
 
+def _subnet_false(data: dict[str, Any]) -> bytes:
+    data["addressing"]["rails"][0]["subnet"] = False  # found by the fuzz test
+    return yaml.safe_dump(data, sort_keys=False).encode()
+
+
 CASES: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
     "latin1 comment": (lambda _d: _latin1_comment(), "not UTF-8"),
     "random bytes": (lambda _d: bytes(range(256)) * 8, "not UTF-8"),
@@ -64,6 +69,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
     "python tag": (lambda _d: b"name: !!python/object:os.system [ls]\n", "not valid YAML"),
     "unhashable key": (lambda _d: b"? [a, b]\n: c\n", "not valid YAML"),
     "empty tagged int": (lambda _d: b"name: !!int\n", "not valid YAML"),
+    "subnet as a boolean": (_subnet_false, "False is not an address"),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from gpuforge.topology import SpecError, load_cluster, parse_spec
 from ..conftest import LAB
 
 FUZZ = settings(
-    max_examples=100,
-    deadline=2000,
-    derandomize=True,
+    # GPUFORGE_FUZZ_EXAMPLES=5000 runs a longer, random (not derandomized) search.
+    max_examples=int(os.environ.get("GPUFORGE_FUZZ_EXAMPLES", "100")),
+    deadline=None if "GPUFORGE_FUZZ_EXAMPLES" in os.environ else 2000,
+    derandomize="GPUFORGE_FUZZ_EXAMPLES" not in os.environ,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -11,12 +11,15 @@ from gpuforge.errors import InputError
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _EXCERPT_CHARS = 80
+_MESSAGE_CHARS = 300
 
 
 class ParseError(InputError):
     """Text a parser cannot read; ``line`` is 1-based, or None when no single line is to blame."""
 
     def __init__(self, message: str, *, line: int | None = None, text: str | None = None) -> None:
+        if len(message) > _MESSAGE_CHARS:  # a reason may quote a whole (huge) line
+            message = message[: _MESSAGE_CHARS - 3] + "..."
         self.reason = message
         self.line = line
         where = f"line {line}: " if line is not None else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,9 +12,10 @@ from gpuforge.validate.parsers import PARSERS, ParseError, to_jsonable
 from ._real import KIND_OF, real_text
 
 FUZZ = settings(
-    max_examples=150,
-    deadline=2000,
-    derandomize=True,
+    # GPUFORGE_FUZZ_EXAMPLES=5000 runs a longer, random (not derandomized) search.
+    max_examples=int(os.environ.get("GPUFORGE_FUZZ_EXAMPLES", "150")),
+    deadline=None if "GPUFORGE_FUZZ_EXAMPLES" in os.environ else 2000,
+    derandomize="GPUFORGE_FUZZ_EXAMPLES" not in os.environ,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -10,6 +10,7 @@ from gpuforge.validate.parsers import (
     ParseError,
     dcgmi,
     dcgmi_nvlink,
+    ib_write_bw,
     ibv_devinfo,
     nvidia_smi_q,
     nvidia_smi_topo,
@@ -123,3 +124,11 @@ def test_single_node_nccl_without_the_average_line_does_not_pass() -> None:
     judged = nccl.judge_single_node("n", CommandResult("n", "x", 0, cut), 199.8, gpus=8)
     assert judged.status is Status.ERROR
     assert "Avg bus bandwidth" in judged.message
+
+
+def test_a_parse_error_quoting_a_huge_line_stays_short() -> None:
+    """Found by the fuzz test: ib_write_bw quoted a 6,600-character CSV header whole."""
+    text = real_text("nvidia-smi/nge-h100-80gb-hbm3-query-gpu-csv-load.txt")
+    with pytest.raises(ParseError) as caught:
+        ib_write_bw.parse(text)
+    assert len(str(caught.value)) < 400
