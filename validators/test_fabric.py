@@ -112,10 +112,24 @@ def test_link_flaps(node: Any, record: Any, rail: int) -> None:
     events = [e for e in link_events.parse(log.stdout, now=now, boot=boot) if e.netdev == netdev]
     evidence = [e.text for e in events] or [f"no Link down/up line for {netdev} in the kernel log"]
     link_downed = None
-    if _fabric_kind(node) != "roce" and spec.get("device"):
-        # PortCounters are read over MADs: InfiniBand only (RoCE ports answer none).
-        counters = node.output(f"perfquery -C {spec['device']} -P 1")
-        link_downed = parse_or_inconclusive(perfquery.parse, counters).link_downed
-        evidence.append(f"{spec['device']} port 1 LinkDownedCounter: {link_downed}")
+    device = str(spec.get("device") or "")
+    if _fabric_kind(node) != "roce" and device:
+        # PortCounters are read over MADs: InfiniBand only (RoCE ports answer none), and only
+        # from a port that is up (fabric.port fails a down one).
+        if _port_active(node, device):
+            counters = node.output(f"perfquery -C {device} -P 1")
+            link_downed = parse_or_inconclusive(perfquery.parse, counters).link_downed
+            evidence.append(f"{device} port 1 LinkDownedCounter: {link_downed}")
+        else:
+            evidence.append(f"{device} port 1 is not Active: LinkDownedCounter not read")
     found = flaps.count(events, netdev, now=now, boot=boot, link_downed=link_downed)
     record.check(f"fabric.link_flap[{rail}]", flaps.judge(found), "\n".join(evidence))
+
+
+def _port_active(node: Any, device: str) -> bool:
+    report = parse_or_inconclusive(ibstat.parse, node.output("ibstat"))
+    try:
+        ports = report.ca(device).ports
+    except KeyError:
+        return False
+    return any(p.state == "Active" for p in ports)
