@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import click
+import hostlist
 from rich.console import Console
 from rich.table import Table
 
@@ -20,20 +21,33 @@ from gpuforge.validate.result import BatchSummary, Tier, Verdict
 
 
 def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
+    """Quarantined and held nodes one row each, first; admitted ones folded (a batch may hold a
+    thousand): one row per set of warnings and Slurm action, the nodes as a hostlist."""
     acted = {a.node: a for a in actions}
     table = Table(title=f"gpuforge validate ({summary.tier.value})")
     for col in ("node", "verdict", "reasons", "warnings", "slurm"):
         table.add_column(col)
     style = {Verdict.ADMIT: "green", Verdict.QUARANTINE: "red", Verdict.HOLD: "magenta"}
-    for n in summary.nodes:
-        a = acted.get(n.node)
-        table.add_row(
-            n.node,
-            f"[{style[n.verdict]}]{n.verdict.value}[/]",
-            ", ".join(n.reasons),
-            ", ".join(n.warnings),
-            f"{a.action}: {a.detail}" if a else "",
-        )
+
+    def slurm(node: str) -> str:
+        a = acted.get(node)
+        return f"{a.action}: {a.detail}" if a else ""
+
+    for verdict in (Verdict.QUARANTINE, Verdict.HOLD):
+        for n in summary.by_verdict(verdict):
+            table.add_row(
+                n.node,
+                f"[{style[verdict]}]{verdict.value}[/]",
+                ", ".join(n.reasons),
+                ", ".join(n.warnings),
+                slurm(n.node),
+            )
+    folded: dict[tuple[str, str], list[str]] = {}
+    for n in summary.by_verdict(Verdict.ADMIT):
+        folded.setdefault((", ".join(n.warnings), slurm(n.node)), []).append(n.node)
+    for (warnings, action), nodes in folded.items():
+        name = nodes[0] if len(nodes) == 1 else f"{hostlist.collect_hostlist(nodes)} ({len(nodes)})"
+        table.add_row(name, f"[{style[Verdict.ADMIT]}]admit[/]", "", warnings, action)
     return table
 
 
@@ -140,6 +154,8 @@ def validate(
     console.print(_table(summary, actions))
     for f in summary.findings:
         console.print(f"[red]fabric[/] {f.kind} {f.subject}: {f.detail}")
+    for note in summary.notes():
+        console.print(f"[cyan]note[/] {note['check']} on {note['nodes']}: {note['message']}")
     held = summary.by_verdict(Verdict.HOLD)
     if held and drain:
         console.print(

@@ -271,3 +271,32 @@ def test_findings_make_exit_1(tmp_path: Path) -> None:
         findings=(Finding("leaf-uplink", "leaf1", "slow"),),
     )
     assert s.exit_code == 1
+
+
+def test_a_note_shared_by_every_node_is_printed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake
+) -> None:
+    from dataclasses import replace  # noqa: PLC0415
+
+    from gpuforge.validate.checks import READ_ONLY_SYSCTL_NOTE  # noqa: PLC0415
+
+    w, _ = wiring(tmp_path, fake=fake)
+    plain = w.deps.run_suite
+
+    def with_sysctls(inv: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+        run = plain(inv, hosts, work)
+        extra = tuple(
+            CheckResult(h, "fabric.sysctls", Status.PASS, message=READ_ONLY_SYSCTL_NOTE)
+            for h in hosts
+        )
+        return replace(run, results=run.results + extra)
+
+    w.deps.run_suite = with_sysctls
+    res = invoke(monkeypatch, w, tmp_path)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("note fabric.sysctls") == 1
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    assert all(n["warnings"] == [] for n in data["nodes"])  # not a warning per node
+    assert data["notes"] == [
+        {"check": "fabric.sysctls", "nodes": "gpu[01-08]", "message": READ_ONLY_SYSCTL_NOTE}
+    ]
