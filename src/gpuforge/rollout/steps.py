@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuforge import reach
 from gpuforge.admission import Admission
 from gpuforge.errors import InputError
 from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
-from gpuforge.rollout import reach
 from gpuforge.rollout.deploy import Validation
 from gpuforge.slurm.control import NodeAction, SlurmClient
 from gpuforge.validate.result import NodeVerdict

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuforge.rollout import reach, steps
+from gpuforge import reach
+from gpuforge.rollout import steps
 from gpuforge.rollout.steps import AnsibleSteps, PlayTimeout
 
 
