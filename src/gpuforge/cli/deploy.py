@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import hostlist
 from rich.console import Console
 from rich.table import Table
 
@@ -141,11 +142,21 @@ def _print_outcome(
     table = Table(title=f"phase {phase} — run {outcome.run_id}")
     for col in ("node", "state", "reason"):
         table.add_column(col)
-    for node in store.nodes(phase):
-        style = {"admitted": "green", "quarantined": "red", "unreachable": "red"}.get(
-            node.state.value, "yellow"
-        )
+    nodes = store.nodes(phase)
+    # Nodes not admitted one row each, failures first; the admitted ones (a phase may hold a
+    # thousand) in one row.
+    order = {"quarantined": 0, "unreachable": 1}
+    for node in sorted(
+        (n for n in nodes if n.state.value != "admitted"),
+        key=lambda n: (order.get(n.state.value, 2), n.hostname),
+    ):
+        style = "red" if node.state.value in order else "yellow"
         table.add_row(node.hostname, f"[{style}]{node.state.value}[/]", node.reason)
+    admitted = [n.hostname for n in nodes if n.state.value == "admitted"]
+    if admitted:
+        table.add_row(
+            f"{hostlist.collect_hostlist(admitted)} ({len(admitted)})", "[green]admitted[/]", ""
+        )
     console.print(table)
     stages = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.stage_seconds.items())
     console.print(f"stages: {stages}")

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import re
+from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
+from gpuforge.rollout.deploy import DeployRequest, deploy_phase
 from gpuforge.rollout.report import REPORT_SCHEMA_VERSION, phase_html
+from gpuforge.rollout.state import open_store
+
+from .fakes import FakeSteps
 
 QUARANTINED = {"gpu0042": "gpuforge: failed gpu.ecc_uncorrectable", "gpu0900": "gpuforge: x"}
 UNREACHABLE = {"gpu0500": "preflight: ssh: connect to host gpu0500 port 22: No route to host"}
@@ -67,3 +75,19 @@ def test_all_admitted_has_no_failure_table() -> None:
     page = phase_html(data)
     assert 'id="not-admitted"' not in page
     assert "gpu[0001-0004] (4)" in page
+
+
+def test_deploy_summary_table_folds_admitted_nodes(tmp_path: Path) -> None:
+    from gpuforge.cli.deploy import _print_outcome  # noqa: PLC0415
+
+    hosts = tuple(f"gpu{i:03d}" for i in range(1, 201))
+    store = open_store(tmp_path / "rollout.db")
+    steps = FakeSteps(unreachable={"gpu150"}, faulty={"gpu007": "gpu.row_remap"})
+    request = DeployRequest(phase=1, hosts=hosts, gate_fraction=0.9, infra=(), operator="t")
+    outcome = deploy_phase(store, steps, request, lock_path=tmp_path / "rollout.lock")
+    out = io.StringIO()
+    _print_outcome(Console(file=out, width=200), store, 1, outcome, [])
+    text = out.getvalue()
+    assert len(text.splitlines()) < 20, text
+    assert text.index("gpu007") < text.index("gpu150") < text.index("(198)")
+    assert "gpu[001-006,008-149,151-200] (198)" in text

@@ -116,3 +116,22 @@ def test_admitted_nodes_without_placement_still_fold() -> None:
     page = to_html(summary)
     assert "a[1-3] (3)" in page
     assert '<tr id="' not in page
+
+
+def test_validate_table_folds_admitted_nodes() -> None:
+    import io  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    from gpuforge.cli.validate import _table  # noqa: PLC0415
+
+    out = io.StringIO()
+    Console(file=out, width=200).print(_table(batch(), []))
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert len(lines) < 25, text
+    for node in (*sorted(FAILED), *sorted(HELD)):
+        assert node in text
+    assert text.index("gpu0999") < text.index("gpu0007") < text.index("admit ")
+    assert "(994)" in text  # every admitted node but the one with a warning of its own
+    assert "gpu0300 " in text
