@@ -429,12 +429,20 @@ class Admission:
         if record is None:
             control.release(self.slurm, name, timeout=self.timeout)
             return []
-        undecided = [n for n in record.nodes if n not in record.decided]
+        was_drained = [
+            n for n in record.nodes if n not in record.decided and record.before.get(n) is not None
+        ]
+        # A node drained again since the window opened keeps its newer reason.
+        now = (
+            control.node_states(self.slurm, was_drained, timeout=self.timeout)
+            if was_drained
+            else []
+        )
         by_reason: dict[str, list[str]] = {}
-        for node in undecided:
-            reason = record.before.get(node)
-            if reason is not None:
-                by_reason.setdefault(reason, []).append(node)
+        for state in now:
+            reason = record.before[state.name]
+            if reason is not None and not state.drained:
+                by_reason.setdefault(reason, []).append(state.name)
         out: list[NodeAction] = []
         for reason, hosts in sorted(by_reason.items()):
             for change in control.drain(self.slurm, hosts, reason, timeout=self.timeout):

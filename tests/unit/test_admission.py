@@ -509,3 +509,12 @@ def test_the_slurm_role_joins_new_nodes_with_a_reason_admission_lifts() -> None:
     defaults = yaml.safe_load(project_path("roles", "slurm", "defaults", "main.yml").read_text())
     assert defaults["slurm_join_drained_reason"] == JOIN_REASON
     assert is_ours(defaults["slurm_join_drained_reason"])
+
+
+def test_close_keeps_a_drain_set_during_the_window(adm: Admission, fake: FakeSlurm) -> None:
+    adm.open_window("gf_val", ["gpu03", "gpu04"])
+    fake.nodes["gpu04"] = ("IDLE+DRAIN", "PSU replaced, burn-in tomorrow")  # operator, meanwhile
+    restored = adm.close_window("gf_val")
+    assert fake.nodes["gpu04"] == ("IDLE+DRAIN", "PSU replaced, burn-in tomorrow")
+    assert fake.nodes["gpu03"] == ("IDLE+DRAIN", JOIN_REASON)
+    assert [a.node for a in restored] == ["gpu03"]
