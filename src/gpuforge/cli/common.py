@@ -26,5 +26,5 @@ state_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=lambda: os.environ.get("GPUFORGE_STATE_DIR", "state"),
     show_default="state/ or $GPUFORGE_STATE_DIR",
-    help="Where the rollout record (SQLite) and the lock live.",
+    help="Where the rollout and admission records (SQLite) and the lock live, per cluster.",
 )
