@@ -17,6 +17,7 @@ from typing import Any
 
 import hostlist
 
+from gpuforge import reach
 from gpuforge.command import CommandRunner, SshRunner
 from gpuforge.errors import InputError
 from gpuforge.inventory.reader import ClusterView
@@ -56,6 +57,13 @@ class Options:
     reservation: str | None = None
     work_dir: Path = Path("build/validate")
     parallel: int = 32
+    #: check -> {node: value} of admitted nodes outside the batch (their last validation): they
+    #: join the peer comparisons of those checks without being judged (``PEER_CHECKS``).
+    peer_reference: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+#: The checks compared among peers; admitted nodes' values of these may join the comparison.
+PEER_CHECKS = ("burnin.gpu_burn.min_gflops", "burnin.ib_write_bw.min", "nccl.allreduce_nvlink")
 
 
 @dataclass
@@ -74,6 +82,9 @@ class Deps:
     now: Callable[[], str] = field(
         default=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     )
+    #: Nodes whose sshd does not answer, with the reason (:mod:`gpuforge.reach`); they get one
+    #: "unreachable" result instead of every check failing to connect.
+    unreachable: Callable[[Sequence[str]], dict[str, str]] | None = None
 
 
 def run_validation(
@@ -95,13 +106,19 @@ def run_validation(
     meta: dict[str, Any] = {"hosts": hostlist.collect_hostlist(list(hosts)), "floors": {}}
     fatal = ""
 
-    suite = deps.run_suite(view.path, hosts, opts.work_dir)
-    meta["conformance_rc"] = suite.rc
-    results += [r for r in suite.results if r.node in set(hosts)]
-    seen = {r.node for r in suite.results}
-    if not suite.results:
-        fatal = f"conformance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
-    results += not_run([h for h in hosts if h not in seen], "conformance", "no result from suite")
+    silent = deps.unreachable(hosts) if deps.unreachable else {}
+    for host, why in sorted(silent.items()):
+        results += not_run([host], "node.unreachable", why)
+    everyone, hosts = hosts, [h for h in hosts if h not in silent]
+    suite = deps.run_suite(view.path, hosts, opts.work_dir) if hosts else None
+    meta["conformance_rc"] = suite.rc if suite else None
+    if suite is not None:
+        results += [r for r in suite.results if r.node in set(hosts)]
+        seen = {r.node for r in suite.results}
+        if not suite.results:
+            fatal = f"conformance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
+        missing = [h for h in hosts if h not in seen]
+        results += not_run(missing, "conformance", "no result from suite")
 
     level = _LEVELS.index(opts.level)
     if level >= 1 and not fatal:
@@ -112,9 +129,9 @@ def run_validation(
         node_results, multi_findings = _nccl(view, eligible, opts, deps, meta)
         results += node_results
         findings += multi_findings
-    meta["placement"] = view.placement(hosts)
+    meta["placement"] = view.placement(everyone)
     return BatchSummary.build(
-        hosts,
+        everyone,
         results,
         tier=opts.level,
         findings=tuple(findings),
@@ -174,6 +191,7 @@ def _burnin(  # noqa: PLR0917 - the run's context, passed down unchanged
         gflops,
         unit="Gflop/s",
         floor=f"the SKU floor {burn_floor:g} Gflop/s" if burn_floor else "",
+        reference=opts.peer_reference.get("burnin.gpu_burn.min_gflops"),
     )
     mins = burnin.node_min(results, "burnin.ib_write_bw[", "burnin.ib_write_bw.min")
     results += mins
@@ -183,6 +201,7 @@ def _burnin(  # noqa: PLR0917 - the run's context, passed down unchanged
         {r.node: float(r.measured or 0) for r in mins},
         unit="Gb/s",
         floor=f"the floor {meta['floors']['burnin.ib_write_bw.min']:g} Gb/s",
+        reference=opts.peer_reference.get("burnin.ib_write_bw.min"),
     )
     return results
 
@@ -259,6 +278,7 @@ def _nccl(
         unit="GB/s",
         tier=Tier.FULL,
         floor=f"the SKU floor {nvlink_floor:g} GB/s" if nvlink_floor else "",
+        reference=opts.peer_reference.get("nccl.allreduce_nvlink"),
     )
     ok = [n for n in nodes if decide(n, results).verdict is Verdict.ADMIT]
     if len(ok) < 2 or deps.collective is None:
@@ -346,7 +366,12 @@ def wire(inventory: Path, *, need_slurm: bool = False) -> Wiring:
     view = ClusterView.load(inventory)
     meta = view.inventory.get("_meta", {}).get("hostvars", {})
     runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
-    deps = Deps(runner=runner, run_suite=_suite, collective=make_collective(runner))
+    deps = Deps(
+        runner=runner,
+        run_suite=_suite,
+        collective=make_collective(runner),
+        unreachable=lambda hosts: reach.probe(reach.targets(meta, hosts)),
+    )
     client = None
     if need_slurm:
         ctl = view.controller()

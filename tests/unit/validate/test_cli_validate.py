@@ -300,3 +300,31 @@ def test_a_note_shared_by_every_node_is_printed_once(
     assert data["notes"] == [
         {"check": "fabric.sysctls", "nodes": "gpu[01-08]", "message": READ_ONLY_SYSCTL_NOTE}
     ]
+
+
+def test_unreachable_node_says_unreachable_once(tmp_path: Path, monkeypatch, fake) -> None:
+    """One 'unreachable' result, not every check of the suite failing to connect (issue 15.7)."""
+    w, sl = wiring(tmp_path, unreachable=["gpu04"], fake=fake)
+    ran: list[Sequence[str]] = []
+    run_suite = w.deps.run_suite
+
+    def recording(inv: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+        ran.append(list(hosts))
+        return run_suite(inv, hosts, work)
+
+    w.deps.run_suite = recording
+    w.deps.unreachable = lambda hosts: {
+        h: "no answer in 20 s waiting for the SSH banner from 10.0.0.14:22"
+        for h in hosts
+        if h == "gpu04"
+    }
+    res = invoke(monkeypatch, w, tmp_path, "--drain", "--limit", "gpu[01-04]")
+    assert res.exit_code == 2, res.output
+    assert ran == [["gpu01", "gpu02", "gpu03"]]
+    assert sl.nodes["gpu04"] == ("IDLE", "")
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    (node,) = [n for n in data["nodes"] if n["node"] == "gpu04"]
+    assert node["verdict"] == "hold"
+    assert node["reasons"] == ["node.unreachable"]
+    (result,) = node["results"]
+    assert result["message"].startswith("no answer in 20 s waiting for the SSH banner")
