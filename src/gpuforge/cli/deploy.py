@@ -27,6 +27,7 @@ from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import Cluster
+from gpuforge.validate import pipeline
 
 spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 
@@ -91,6 +92,7 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
                 run_dir / "validation",
                 reservation=reservation,
                 known_good=peers,
+                peer_reference=store.latest_measured(peers, pipeline.PEER_CHECKS),
             ),
             admission=Admission(
                 controller_client(inventory, controllers[0]),

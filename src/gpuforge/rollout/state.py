@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -326,6 +326,32 @@ class StateStore:
             (run_id,),
         ).fetchall()
         return [ResultRow(*r) for r in rows]
+
+    def latest_measured(
+        self, hosts: Sequence[str], checks: Sequence[str]
+    ) -> dict[str, dict[str, float]]:
+        """``check -> {host: value}``: the last numeric value recorded for each host and check.
+
+        What an admitted node measured when it was validated, so that it can join the peer
+        comparison of a later batch without being tested again. Non-numeric values are skipped.
+        """
+        out: dict[str, dict[str, float]] = {}
+        wanted = list(dict.fromkeys(hosts))
+        marks = ",".join("?" * len(checks))
+        for start in range(0, len(wanted), 500):  # under SQLite's bound-parameter limit
+            chunk = wanted[start : start + 500]
+            rows = self._conn.execute(
+                f"SELECT hostname, check_name, measured FROM check_results"  # noqa: S608
+                f" WHERE hostname IN ({','.join('?' * len(chunk))})"
+                f" AND check_name IN ({marks}) ORDER BY id",
+                (*chunk, *checks),
+            ).fetchall()
+            for host, check, measured in rows:
+                try:
+                    out.setdefault(check, {})[host] = float(measured)
+                except (TypeError, ValueError):
+                    continue
+        return out
 
     def record_gate(self, gate: GateRecord) -> None:
         with self.transaction() as db:

@@ -7,7 +7,7 @@ The verdicts pass through unchanged: deploy and ``gpuforge validate`` share one
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpuforge.rollout.deploy import Validation
@@ -45,14 +45,22 @@ def validate_with_validators(
     *,
     reservation: str | None = None,
     known_good: Sequence[str] = (),
+    peer_reference: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Validation:
     """Run the validators at ``level`` on ``hosts`` and write their JSON/JUnit/HTML reports.
 
     ``reservation`` is the Slurm reservation the acceptance jobs run in (nodes not admitted yet);
-    ``known_good`` are admitted, idle nodes the multi-node tests may pair suspects with.
+    ``known_good`` are admitted, idle nodes the multi-node tests may pair suspects with;
+    ``peer_reference`` their last measured values (check -> node -> value), which join the
+    batch's peer comparisons.
     """
     wiring = pipeline.wire(inventory)
-    options = pipeline.Options(level=Tier(level), work_dir=report_dir, reservation=reservation)
+    options = pipeline.Options(
+        level=Tier(level),
+        work_dir=report_dir,
+        reservation=reservation,
+        peer_reference=dict(peer_reference or {}),
+    )
     summary = pipeline.run_validation(
         wiring.view, hosts, options, wiring.deps, known_good=known_good
     )
