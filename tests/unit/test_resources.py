@@ -104,6 +104,15 @@ def test_installed_wheel_finds_its_roles_outside_the_checkout(
     assert {"site.yml", "preflight.yml"} <= set(info["playbooks"])
     assert info["work_dir"] == str(tmp_path.resolve())
 
+    # A new cluster directory starts its site layer from the shipped sample.
+    spec = Path(info["project"]) / "examples" / "topologies" / "lab.yaml"
+    gen = _run_installed(
+        installed_wheel, tmp_path, "-m", "gpuforge", "inventory", "generate", str(spec)
+    )
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    assert (tmp_path / "inventory" / "lab" / "generated" / "hosts.yml").is_file()
+    assert (tmp_path / "inventory" / "lab" / "site" / "hosts.yml").is_file()
+
     # The shipped playbook resolves every role it names from the shipped roles path.
     check = subprocess.run(
         [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", "site.yml"],
