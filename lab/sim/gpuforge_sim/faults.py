@@ -49,6 +49,7 @@ FAULT_KINDS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
     "hbm_degraded": ("node", {"gpu": _INT}, {"factor": 0.7}),
     "burn_faulty": ("node", {"gpu": _INT}, {}),
     "pcie_downtrained": ("node", {"gpu": _INT}, {"gen": 4, "width": 8}),
+    "clocks_locked": ("node", {"gpu": _INT}, {"factor": 0.63}),
     "ib_port_down": ("node", {"rail": _INT}, {}),
     "ib_port_polling": ("node", {"rail": _INT}, {}),
     "ib_wrong_rate": ("node", {"rail": _INT}, {"rate_gbps": 200}),

@@ -46,6 +46,8 @@ class GpuHealth:
     nvlinks_down: set[int] = field(default_factory=set)
     hbm_factor: float = 1.0
     burn_faulty: bool = False
+    app_graphics_mhz: int = 0  # applications (locked) graphics clock; 0 = the SKU's maximum
+    compute_factor: float = 1.0  # share of the SKU's compute this GPU delivers
 
     @property
     def bus_id(self) -> str:
@@ -68,7 +70,7 @@ class GpuHealth:
         return (self.sku.remap_banks, 0, 0, 0, 0)
 
 
-def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912 - one branch per fault kind
+def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912, PLR0915 - one branch per fault kind
     """Visible GPUs of ``node`` with every fault applied."""
     sku = node.sku
     if sku is None:
@@ -130,6 +132,13 @@ def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912 - one branch
                 g.hbm_factor = min(g.hbm_factor, float(f.get("factor", 0.7)))
             elif kind == "burn_faulty":
                 g.burn_faulty = True
+            elif kind == "clocks_locked":
+                # `nvidia-smi -ac`/`-lgc` below the maximum: no fault reason, just slower
+                factor = float(f.get("factor", 0.63))
+                g.app_graphics_mhz = int(sku.max_graphics_mhz * factor) // 15 * 15
+                g.graphics_mhz = min(g.graphics_mhz, g.app_graphics_mhz)
+                g.reasons["applications_clocks_setting"] = True
+                g.compute_factor = min(g.compute_factor, factor)
         g.nvlinks_down = node.nvlinks_down(phys)
         out.append(g)
     return out

@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0912, PLR0915 - options, then the 
         base = g.sku.burn_gflops * (0.5 if doubles else 1.0) * (1.9 if tensor else 1.0)
         if throttled(g):
             base *= 0.62
+        base *= g.compute_factor
         gflops.append(base * (1 + rng.uniform(-0.015, 0.015)))
     steps = 10
     errors = [0 for _ in gpus]

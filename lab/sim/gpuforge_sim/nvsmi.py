@@ -353,7 +353,7 @@ def gpu_entries(g: GpuHealth, driver: str, fabric_ok: bool) -> list[Entry]:
             "Applications Clocks",
             "applications_clocks",
             [
-                _e("Graphics", "graphics_clock", f"{s.max_graphics_mhz} MHz"),
+                _e("Graphics", "graphics_clock", f"{g.app_graphics_mhz or s.max_graphics_mhz} MHz"),
                 _e("Memory", "mem_clock", f"{s.max_memory_mhz} MHz"),
             ],
         ),

@@ -99,3 +99,20 @@ def test_healthy_gpu_burn_clears_the_sku_floor(tmp_path: Path) -> None:
         runner, "gpu001", seconds=10, gpus=8, min_gflops=H100.gpu_burn_min_gflops
     )
     assert {r.check: r.status for r in results}["burnin.gpu_burn.min_gflops"] is Status.PASS
+
+
+def test_gpu_with_locked_clocks_is_only_caught_by_the_gpu_burn_floor(tmp_path: Path) -> None:
+    """37 % below its siblings, no fault reason anywhere: the SKU floor names it."""
+    faults = [{"node": "gpu001", "kind": "clocks_locked", "gpu": 5, "factor": 0.63}]
+    runner = SimRunner({"gpu001": state(faults, "gpu001", tmp_path)})
+    [dcgm] = burnin.dcgm_diag(runner, "gpu001", level=3)
+    assert dcgm.status is Status.PASS
+    results = burnin.gpu_burn_check(
+        runner, "gpu001", seconds=10, gpus=8, min_gflops=H100.gpu_burn_min_gflops
+    )
+    low = {r.check: r for r in results}["burnin.gpu_burn.min_gflops"]
+    assert low.status is Status.FAIL
+    assert low.message.startswith("GPU 5: ")
+    # before, without a floor, a 4-node batch passed it ("within peers", no peers compared)
+    unjudged = burnin.gpu_burn_check(runner, "gpu001", seconds=10, gpus=8)
+    assert {r.check: r.status for r in unjudged}["burnin.gpu_burn.min_gflops"] is Status.PASS
