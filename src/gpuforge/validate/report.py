@@ -316,20 +316,26 @@ def admitted_by_rack(
 
 
 def action_groups(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Slurm actions, one line per action, outcome and detail with the nodes it concerns."""
-    grouped: dict[tuple[str, bool, str], list[str]] = {}
+    """Slurm actions, one line per action, outcome, reason and detail with the nodes concerned."""
+    grouped: dict[tuple[str, bool, str, str], list[str]] = {}
     for a in actions:
-        key = (str(a.get("action", "")), bool(a.get("changed")), str(a.get("detail", "")))
+        key = (
+            str(a.get("action", "")),
+            bool(a.get("changed")),
+            str(a.get("reason", "")),
+            str(a.get("detail", "")),
+        )
         grouped.setdefault(key, []).append(str(a.get("node", "")))
     rows = [
         {
             "action": action,
             "changed": changed,
+            "reason": reason,
             "detail": detail,
             "nodes": hostlist.collect_hostlist(nodes),
             "count": len(nodes),
         }
-        for (action, changed, detail), nodes in grouped.items()
+        for (action, changed, reason, detail), nodes in grouped.items()
     ]
     # What took nodes out first; then what left them as they were.
     return sorted(rows, key=lambda a: (a["action"] != "drain", not a["changed"], a["action"]))

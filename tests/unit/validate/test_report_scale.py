@@ -135,3 +135,25 @@ def test_validate_table_folds_admitted_nodes() -> None:
     assert text.index("gpu0999") < text.index("gpu0007") < text.index("admit ")
     assert "(994)" in text  # every admitted node but the one with a warning of its own
     assert "gpu0300 " in text
+
+
+def test_slurm_actions_are_grouped_with_their_reasons() -> None:
+    actions = [
+        {"node": f"gpu{i:04d}", "action": "resume", "changed": True, "reason": "", "detail": "ok"}
+        for i in range(1, 998)
+    ]
+    actions += [
+        {
+            "node": n,
+            "action": "drain",
+            "changed": True,
+            "reason": "gpuforge:gpu.xid:drain",
+            "detail": "failed",
+        }
+        for n in ("gpu0998", "gpu0999")
+    ]
+    page = to_html(batch(), actions=actions)
+    slurm = page[page.index("<h2>Slurm</h2>") : page.index('id="admitted"')]
+    assert slurm.count("<tr><td>") == 2
+    assert slurm.index("gpu[0998-0999] (2)") < slurm.index("gpu[0001-0997] (997)")
+    assert "gpuforge:gpu.xid:drain" in slurm
