@@ -122,7 +122,7 @@ def test_power_cap(node: Any, record: Any) -> None:
     if len(samples) != POWER_SAMPLE_COUNT:
         raise Inconclusive(f"expected {POWER_SAMPLE_COUNT} samples, got {len(samples)}")
     outcome = checks.power_cap_held(samples)
-    record.check("gpu.power_cap", outcome, excerpt(res.evidence(), [" Active,"]))
+    record.check("gpu.power_cap", outcome, excerpt(res.evidence(), [", Active,"]))
 
 
 def test_nvlink(node: Any, record: Any) -> None:

@@ -1,0 +1,83 @@
+"""The conformance suite itself (validators/) on a simulated node: testinfra's local backend with
+the lab simulator's nvidia-smi first on PATH, for the GPU facts issue 22 added."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from simlab import ROOT, SIM, state
+
+
+def _suite(tmp_path: Path, faults: list[dict[str, object]], select: str) -> dict[str, dict]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim nvidia-smi "$@"\n')
+    tool.chmod(0o755)
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{bin_dir}:{env.get('PATH', '')}",
+        PYTHONPATH=str(SIM),
+        GPUFORGE_SIM_STATE=str(state(faults, "gpu001", tmp_path)),
+        GPUFORGE_SIM_RUN=str(tmp_path / "run"),
+        GPUFORGE_SIM_REAL_DMESG="/nonexistent",
+        GPUFORGE_SIM_VERSIONS=json.dumps({"nvidia-driver-cuda": "570.133.20-1"}),
+    )
+    out = tmp_path / "results.json"
+    validators = ROOT / "validators"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(validators / "test_gpu.py"),
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={validators}",
+            "-c",
+            str(validators / "pytest.ini"),
+            "--hosts=local://",
+            f"--gpuforge-results={out}",
+            "-q",
+            "-k",
+            select,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    return {r["check"]: r for r in json.loads(out.read_text())["results"]}
+
+
+@pytest.mark.slow
+def test_suite_fails_pcie_generation_and_power_cap_with_the_gpu_named(tmp_path: Path) -> None:
+    faults = [
+        {"node": "gpu001", "kind": "throttle", "gpu": 2, "reason": "power"},
+        {"node": "gpu001", "kind": "pcie_downtrained", "gpu": 4, "gen": 3, "width": 16},
+    ]
+    got = _suite(tmp_path, faults, "pcie or power or throttle")
+    assert got["gpu.pcie_link"]["status"] == "fail"
+    assert got["gpu.pcie_link"]["message"] == "00000000:9A:00.0 gen3<gen5"
+    assert got["gpu.pcie_link"]["evidence"].startswith(
+        "00000000:9A:00.0: PCIe gen 3 (max 5) x16 (max x16)"
+    )
+    assert got["gpu.power_cap"]["status"] == "fail"
+    assert got["gpu.power_cap"]["message"].startswith("GPU 2 (00000000:3A:00.0): SW Power Cap")
+    assert got["gpu.throttle"]["status"] == "pass"  # a power cap alone stays benign there
+
+
+@pytest.mark.slow
+def test_suite_passes_a_healthy_node(tmp_path: Path) -> None:
+    got = _suite(tmp_path, [], "pcie or power or throttle")
+    assert {c: r["status"] for c, r in got.items()} == {
+        "gpu.pcie_link": "pass",
+        "gpu.throttle": "pass",
+        "gpu.power_cap": "pass",
+    }
