@@ -65,9 +65,20 @@ def _not_concluded(node: str, check: str, res: CommandResult, expected: str) -> 
 
 
 def dcgm_check_name(test: str, gpus: Sequence[int]) -> str:
-    """The check name of a failed DCGM test: ``PCIe`` on GPU 2 -> ``dcgm.pcie[gpu2]``."""
+    """The check name of a failed DCGM test: ``PCIe`` on GPU 2 -> ``dcgm.pcie[gpu2]``.
+
+    GPUs 0 to 5 -> ``[gpu0-5]``; GPUs 1 and 3 -> ``[gpu1,gpu3]``.
+    """
     slug = re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_") or "test"
-    return f"dcgm.{slug}" + (f"[{','.join(f'gpu{g}' for g in gpus)}]" if gpus else "")
+    runs: list[list[int]] = []
+    for g in sorted(set(gpus)):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    # consecutive GPUs as a range (gpu0-5), so that a test failing everywhere stays short
+    names = [f"gpu{r[0]}" if len(r) == 1 else f"gpu{r[0]}-{r[-1]}" for r in runs]
+    return f"dcgm.{slug}" + (f"[{','.join(names)}]" if names else "")
 
 
 def _explanations(test: dcgmi.DiagTest, gpus: Sequence[int]) -> list[str]:

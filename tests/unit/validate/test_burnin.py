@@ -212,3 +212,22 @@ def test_ib_write_bw_rail_odd_node_out_meets_an_admitted_node_in_round_one() -> 
     first = [(p.server, p.client) for p in seen if p.port == 18516]
     assert ("z", "c") in first
     assert all(r.node != "z" for r in res)  # admitted nodes get no result of their own
+
+
+def test_dcgm_check_names_fold_consecutive_gpus() -> None:
+    assert burnin.dcgm_check_name("PCIe", [2]) == "dcgm.pcie[gpu2]"
+    assert burnin.dcgm_check_name("Persistence Mode", range(6)) == "dcgm.persistence_mode[gpu0-5]"
+    assert burnin.dcgm_check_name("Targeted Power", [1, 3, 4]) == "dcgm.targeted_power[gpu1,gpu3-4]"
+    assert (
+        burnin.dcgm_check_name("Page Retirement/Row Remap", []) == "dcgm.page_retirement_row_remap"
+    )
+
+
+def test_dcgm_deployment_failure_real_h200_names_the_gpus_from_the_message(
+    fake: FakeRunner,
+) -> None:
+    text = real("dcgmi/azh200doc-h200-8gpu-dcgmi-diag-r1-persistence-fail.txt")
+    fake.on("n1", "dcgmi diag", text, rc=1)
+    [r] = burnin.dcgm_diag(fake, "n1", level=1)
+    assert r.check == "dcgm.persistence_mode[gpu0-5]"
+    assert r.message.startswith("Persistence mode for GPU 0 is currently disabled")
