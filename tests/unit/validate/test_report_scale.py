@@ -157,3 +157,10 @@ def test_slurm_actions_are_grouped_with_their_reasons() -> None:
     assert slurm.count("<tr><td>") == 2
     assert slurm.index("gpu[0998-0999] (2)") < slurm.index("gpu[0001-0997] (997)")
     assert "gpuforge:gpu.xid:drain" in slurm
+
+
+def test_inconclusive_checks_without_values_say_none_of_them() -> None:
+    page = to_html(batch())
+    held = page[page.index('<tr id="gpu0007">') : page.index('<tr id="gpu0640">')]
+    assert "dcgm.diag</summary>" in held
+    assert "measured None" not in page
