@@ -68,8 +68,12 @@ def check_subnet(subnet: Subnet, nodes: int) -> list[tuple[str, str]]:
             )
         )
     gateway = int(IPv4Address(rule.gateway))
-    if subnet.gateway is not None and subnet.gateway not in subnet.subnet:
-        problems.append(("gateway", f"{subnet.gateway} is outside {subnet.subnet}"))
+    net = subnet.subnet
+    if subnet.gateway is not None and subnet.gateway not in net:
+        problems.append(("gateway", f"{subnet.gateway} is outside {net}"))
+    elif net.prefixlen < 31 and subnet.gateway in (net.network_address, net.broadcast_address):
+        kind = "network" if subnet.gateway == net.network_address else "broadcast"
+        problems.append(("gateway", f"{subnet.gateway} is the {kind} address of {net}"))
     elif rule.network + rule.offset <= gateway < rule.network + rule.offset + nodes:
         problems.append(
             (

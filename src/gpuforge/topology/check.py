@@ -21,6 +21,7 @@ from gpuforge.topology.cluster import PhasePlan, compress
 from gpuforge.topology.errors import Problem
 from gpuforge.topology.fabric import FabricImpossible, FabricPlan, plan_fabric
 from gpuforge.topology.model import NodeGroup, NodeType, Subnet, Topology
+from gpuforge.topology.rules import check_rules
 
 MAX_NODES = 200_000
 """Nodes of one spec; planning is linear in them, this bounds time and memory."""
@@ -225,6 +226,7 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
             add(Problem(exc.field, str(exc)))
 
     phase_of, phases = _plan_phases(topo, gpu_order, add)
+    problems.extend(check_rules(topo, "block" if nvlink_nodes > 1 else "tree"))
     return Analysis(hostnames, gpu_order, nvlink_nodes, fabric, phase_of, phases, problems)
 
 

@@ -128,6 +128,8 @@ _ALIASES = {
     "A100-SXM": "A100-SXM-80GB",
     "B200": "B200-SXM-180GB",
     "B200-SXM": "B200-SXM-180GB",
+    # A GB200 superchip carries two B200 GPUs; B200-SXM-180GB's reference is a GB200 figure.
+    "GB200": "B200-SXM-180GB",
 }
 
 
