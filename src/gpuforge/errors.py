@@ -24,7 +24,7 @@ class OperationError(GpuforgeError):
     exit_code = 1
 
 
-class Interrupted(OperationError):
+class Interrupted(OperationError):  # noqa: N818 - reads as the outcome it reports
     """The operator stopped gpuforge (Ctrl-C or SIGTERM); what ran was recorded as interrupted."""
 
     exit_code = 130
