@@ -1,0 +1,50 @@
+"""The playbook facade starts every play under the guard, with gpuforge's Ansible settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuforge.playbook import run_playbook
+
+#: Stands in for ansible-playbook: reports who started it and with which settings.
+_SPY = """\
+import json, os
+parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+record = os.environ.get("GPUFORGE_PLAY_RECORD", "")
+with open(os.environ["SPY_OUT"], "w") as out:
+    json.dump({
+        "parent": [p.decode() for p in parent if p],
+        "record_written": bool(record) and os.path.exists(record),
+        "deprecations": os.environ.get("ANSIBLE_DEPRECATION_WARNINGS"),
+        "timeout": os.environ.get("ANSIBLE_TIMEOUT"),
+        "pgid_is_guard": os.getpgrp() == os.getppid(),
+    }, out)
+"""
+
+
+def test_the_play_runs_under_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    spy = bin_dir / "ansible-playbook"
+    spy.write_text(f"#!{sys.executable}\n{_SPY}")
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPY_OUT", str(tmp_path / "spy.json"))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all: {}\n")
+    record = tmp_path / "rollout.play"
+    run_playbook(
+        "site.yml", inventory, play_record=record, env={"ANSIBLE_TIMEOUT": "7"}, timeout_s=60
+    )
+    seen = json.loads((tmp_path / "spy.json").read_text())
+    assert seen["parent"][1:3] == ["-m", "gpuforge.playguard"]
+    assert seen["record_written"] is True
+    assert seen["pgid_is_guard"] is True
+    assert seen["deprecations"] == "False"
+    assert seen["timeout"] == "7"
+    assert not record.exists()  # removed once the play ended
