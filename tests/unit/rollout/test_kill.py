@@ -118,7 +118,7 @@ def test_random_sigkill_leaves_no_play_running(tmp_path: Path) -> None:
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "FAKE_PLAY_DIR": str(out),
-        "FAKE_PLAY_S": "3",
+        "FAKE_PLAY_S": "60",  # outlives the wait below unless something stops it
     }
     code = _PLAY_CHILD.format(
         tests=str(Path(__file__).parents[2]), db=db, hosts=HOSTS, inventory=str(inventory)
