@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -96,3 +97,21 @@ def test_schema_is_json_and_forbids_extra_fields() -> None:
     assert schema["additionalProperties"] is False
     assert "fabric" in schema["required"]
     assert schema["$defs"]["Fabric"]["additionalProperties"] is False
+
+
+def test_a_load_analyses_the_spec_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cross-field analysis (hostnames, fabric, phases) ran twice per load before the split."""
+    from gpuforge.topology import check, load  # noqa: PLC0415
+
+    # The package's ``expand`` is the function; the module is reached through sys.modules.
+    expand_module = sys.modules["gpuforge.topology.expand"]
+    calls: list[str] = []
+
+    def counted(topo: Topology) -> check.Analysis:
+        calls.append(topo.name)
+        return check.analyse(topo)
+
+    monkeypatch.setattr(load, "analyse", counted)
+    monkeypatch.setattr(expand_module, "analyse", counted)
+    load_cluster(LAB)
+    assert calls == ["lab"]
