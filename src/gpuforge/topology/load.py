@@ -19,12 +19,13 @@ from gpuforge.topology.errors import Problem, SpecError
 from gpuforge.topology.expand import build
 from gpuforge.topology.model import Topology
 
-MAX_SPEC_BYTES = 1 << 20
-"""A 12,500-node spec is a few KiB: it describes groups, never single nodes."""
+MAX_SPEC_BYTES = 64 << 10
+"""The example specs (up to 100,000 GPUs) are 2-3 KiB: a spec describes groups, never single
+nodes. PyYAML reads some 100 KiB/s, so this also bounds the time a spec takes to read."""
 MAX_DEPTH = 64
 """YAML nesting depth; a spec is at most about six levels deep."""
-MAX_NODES = 100_000
-"""YAML nodes after alias expansion; the largest example spec has a few hundred."""
+MAX_NODES = 10_000
+"""YAML nodes after alias expansion; the largest example spec has 266."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -83,7 +84,10 @@ class _BoundedLoader(yaml.SafeLoader):
         self._total += nodes
         if self._total > MAX_NODES:
             raise yaml.composer.ComposerError(
-                None, None, f"expands to more than {MAX_NODES} YAML nodes (aliases?)", mark
+                None,
+                None,
+                f"more than {MAX_NODES} YAML nodes, aliases expanded (a spec has a few hundred)",
+                mark,
             )
 
 
@@ -100,7 +104,7 @@ def _load(path: Path | str) -> tuple[Topology, Analysis]:
     except OSError as exc:
         raise SpecError([Problem("", f"cannot read spec: {exc.strerror or exc}")], path) from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 20} MiB: not a spec")], path)
+        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 10} KiB: not a spec")], path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,7 +121,7 @@ def parse_spec(text: str, path: Path | str = "<spec>") -> Topology:
 
 def _parse(text: str, path: Path | str) -> tuple[Topology, Analysis]:
     if len(text) > MAX_SPEC_BYTES:
-        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 20} MiB: not a spec")], path)
+        raise SpecError([Problem("", f"larger than {MAX_SPEC_BYTES >> 10} KiB: not a spec")], path)
     loader = None
     try:
         loader = _BoundedLoader(text)
