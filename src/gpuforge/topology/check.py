@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, islice
 
 import hostlist
 
@@ -25,6 +26,8 @@ from gpuforge.topology.rules import check_rules
 
 MAX_NODES = 200_000
 """Nodes of one spec; planning is linear in them, this bounds time and memory."""
+MAX_PHASES = 1000
+"""Rollout phases of one spec (a rollout has a handful: a canary, then waves)."""
 
 
 def hostlist_size(expr: str) -> int:
@@ -253,16 +256,31 @@ def _check_power(
         )
 
 
-def _plan_phases(  # noqa: PLR0912 - one branch per selector and rule
+def _plan_phases(  # noqa: PLR0912, PLR0915 - one branch per selector and rule
     topo: Topology, gpu_order: list[str], add: Callable[[Problem], None]
 ) -> tuple[dict[str, int], list[PhasePlan]]:
     report = add
     nodes_per_su = topo.layout.nodes_per_su
+    phases = topo.rollout.phases
+    if len(phases) > MAX_PHASES:
+        report(Problem("rollout.phases", f"{len(phases)} phases, more than {MAX_PHASES}"))
+        return {}, []
+    named = sum(hostlist_size(p.hosts) for p in phases if p.hosts is not None)
+    if named > MAX_NODES:
+        report(
+            Problem(
+                "rollout.phases", f"the phases' hosts name {named} nodes, more than {MAX_NODES}"
+            )
+        )
+        return {}, []
     position = {h: i for i, h in enumerate(gpu_order)}
+    # GPU nodes no phase took yet, in order: each selector costs what it selects, so that many
+    # phases over many nodes stay linear (a list scan per phase took 25 s for 1,100 phases).
+    free: OrderedDict[str, None] = OrderedDict.fromkeys(gpu_order)
     phase_of: dict[str, int] = {}
     plans: list[PhasePlan] = []
     names: set[str] = set()
-    for pi, phase in enumerate(topo.rollout.phases):
+    for pi, phase in enumerate(phases):
         where = f"rollout.phases[{pi}]"
         number = pi + 1
         if phase.name in names:
@@ -270,29 +288,27 @@ def _plan_phases(  # noqa: PLR0912 - one branch per selector and rule
         names.add(phase.name)
         chosen: list[str] = []
         if phase.count is not None:
-            free = [h for h in gpu_order if h not in phase_of]
             if len(free) < phase.count:
                 report(
                     Problem(
                         f"{where}.count", f"{phase.count} nodes asked, {len(free)} GPU nodes left"
                     )
                 )
-            chosen = free[: phase.count]
+            chosen = list(islice(free, phase.count))
         elif phase.sus is not None:
             sus = math.ceil(len(gpu_order) / nodes_per_su)
             for su in phase.sus:
                 if not 1 <= su <= sus:
                     report(Problem(f"{where}.sus", f"SU {su} does not exist (1..{sus})"))
-            wanted = set(phase.sus)
             chosen = [
-                h
-                for i, h in enumerate(gpu_order)
-                if i // nodes_per_su + 1 in wanted and h not in phase_of
+                gpu_order[i]
+                for su in sorted(set(phase.sus))
+                if 1 <= su <= sus
+                for i in range((su - 1) * nodes_per_su, min(su * nodes_per_su, len(gpu_order)))
+                if gpu_order[i] in free
             ]
         elif phase.hosts is not None:
             try:
-                if hostlist_size(phase.hosts) > MAX_NODES:
-                    raise hostlist.BadHostlist(f"names more than {MAX_NODES} hosts")
                 names_given = hostlist.expand_hostlist(phase.hosts)
             except hostlist.BadHostlist as exc:
                 report(Problem(f"{where}.hosts", f"bad hostlist {phase.hosts!r}: {exc}"))
@@ -304,23 +320,23 @@ def _plan_phases(  # noqa: PLR0912 - one branch per selector and rule
                 )
             chosen = sorted((h for h in names_given if h in position), key=position.__getitem__)
         else:
-            chosen = [h for h in gpu_order if h not in phase_of]
+            chosen = list(free)
         taken = [h for h in chosen if h in phase_of]
         if taken:
-            earlier = topo.rollout.phases[phase_of[taken[0]] - 1].name
+            earlier = phases[phase_of[taken[0]] - 1].name
             report(Problem(where, f"overlaps phase {earlier!r} on {compress(taken)}"))
         fresh = [h for h in chosen if h not in phase_of]
         if not fresh and not taken:
             report(Problem(where, "selects no GPU nodes"))
         for h in fresh:
             phase_of[h] = number
+            del free[h]
         plans.append(PhasePlan(number, phase.name, tuple(fresh), phase.min_pass_fraction))
-    left = [h for h in gpu_order if h not in phase_of]
-    if left:
+    if free:
         report(
             Problem(
                 "rollout.phases",
-                f"{len(left)} GPU nodes are in no phase: {compress(left)} "
+                f"{len(free)} GPU nodes are in no phase: {compress(list(free))} "
                 "(add a phase with rest: true)",
             )
         )
