@@ -118,6 +118,8 @@ class NodeGroup(_Spec):
             # A width in the format spec is checked before formatting: {index:0400000000d}
             # would build a 400 MB string.
             for _, _, spec, _ in string.Formatter().parse(value):
+                if spec and "{" in spec:  # {index:{index}}: a width that grows with the index
+                    raise ValueError(f"the format of {{index:{spec}}} may not hold a field")
                 if spec and any(int(w) > 63 for w in re.findall(r"\d+", spec)):
                     raise ValueError(f"width in {{index:{spec}}} is wider than a DNS label")
             sample = value.format(index=1)
