@@ -117,7 +117,11 @@ class NodeGroup(_Spec):
         try:
             # A width in the format spec is checked before formatting: {index:0400000000d}
             # would build a 400 MB string.
-            for _, _, spec, _ in string.Formatter().parse(value):
+            for _, field, spec, _ in string.Formatter().parse(value):
+                # {index[0]} or {index.real}: str.format would index or look up attributes
+                # of the int (TypeError, or any attribute's text), so the field is index alone.
+                if field is not None and field != "index":
+                    raise ValueError(f"only {{index}} may be formatted, not {{{field}}}")
                 if spec and "{" in spec:  # {index:{index}}: a width that grows with the index
                     raise ValueError(f"the format of {{index:{spec}}} may not hold a field")
                 if spec and any(int(w) > 63 for w in re.findall(r"\d+", spec)):

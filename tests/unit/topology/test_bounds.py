@@ -45,6 +45,11 @@ def _nested_width(data: dict[str, Any]) -> bytes:
     return yaml.safe_dump(data, sort_keys=False).encode()
 
 
+def _indexed_field(data: dict[str, Any]) -> bytes:
+    data["node_groups"][1]["hostname"] = "gpu{index[0]}"  # ended in TypeError, exit 1
+    return yaml.safe_dump(data, sort_keys=False).encode()
+
+
 def _huge_hostlist(data: dict[str, Any]) -> bytes:
     data["rollout"]["phases"][0] = {"name": "canary", "hosts": "gpu[1-999999999]"}
     return yaml.safe_dump(data, sort_keys=False).encode()
@@ -84,6 +89,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
     "33 MB json": (lambda _d: b'{"name": "' + b"x" * (33 << 20) + b'"}', "larger than"),
     "huge hostname width": (_huge_width, "wider than a DNS label"),
     "width from the index": (_nested_width, "may not hold a field"),
+    "item of the index": (_indexed_field, "only {index} may be formatted, not {index[0]}"),
     "huge phase hostlist": (_huge_hostlist, "999999999 nodes, more than 200000"),
     "python tag": (lambda _d: b"name: !!python/object:os.system [ls]\n", "not valid YAML"),
     "unhashable key": (lambda _d: b"? [a, b]\n: c\n", "not valid YAML"),
