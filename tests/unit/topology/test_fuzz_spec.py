@@ -145,3 +145,52 @@ def test_one_field_replaced(path: tuple[Any, ...], value: Any) -> None:
     except SpecError:
         return
     assert topo.name  # accepted: then it also expands
+
+
+# Pieces of str.format syntax: a hostname pattern is formatted with each node's index.
+_FORMAT_TOKENS = st.sampled_from(
+    [
+        "}",
+        "{",
+        "index",
+        "[0]",
+        ".real",
+        ".__class__",
+        "!r",
+        "!a",
+        ":",
+        "0",
+        "9",
+        "63",
+        "64",
+        "d",
+        "x",
+        "c",
+        "n",
+        "e",
+        "%",
+        ",",
+        "_",
+        ">",
+        "^",
+        "=",
+        "+",
+        "#",
+        ".3",
+        "{}",
+        "{{",
+        "-",
+    ]
+)
+
+
+@FUZZ
+@given(
+    st.lists(_FORMAT_TOKENS, max_size=12).map("".join),
+    st.integers(min_value=0, max_value=2_000_000),
+)
+def test_hostname_pattern(tail: str, first_index: int) -> None:
+    """A pattern is a hostname or a SpecError ({index[0]} ended in TypeError)."""
+    data = copy.deepcopy(LAB_DATA)
+    data["node_groups"][1].update(hostname="gpu{index" + tail, first_index=first_index)
+    _accepts_or_refuses(yaml.safe_dump(data))
