@@ -431,11 +431,17 @@ MIGRATIONS: dict[int, str] = {}
 def open_store(path: Path) -> StateStore:
     """Open (creating if needed) the record at ``path``.
 
-    A record that cannot be read (truncated, corrupt, not a database) raises :class:`InputError`
-    saying how to recover; it is never modified. Before a migration to a newer schema, a copy of
-    the record is kept beside it (``rollout.db.v1.bak``).
+    A record that cannot be read (truncated, even to 0 bytes, corrupt, not a database) raises
+    :class:`InputError` saying how to recover; it is never modified. Before a migration to a newer
+    schema, a copy of the record is kept beside it (``rollout.db.v1.bak``).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        _create(path)
+    elif path.stat().st_size == 0:
+        # SQLite reads an empty file as a new database: a record truncated to nothing would
+        # start over silently, and every admitted node be provisioned and validated again.
+        raise InputError(_unreadable(path, sqlite3.DatabaseError("the file is empty (0 bytes)")))
     conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
@@ -473,6 +479,30 @@ def open_store(path: Path) -> StateStore:
             conn.close()
         raise
     return StateStore(conn, path)
+
+
+def _create(path: Path) -> None:
+    """Write a new record beside ``path`` and link it into place, so none is ever empty there.
+
+    A run killed while creating it leaves a hidden ``.rollout.db.PID.new`` file, not an empty
+    ``rollout.db`` that the next run would have to refuse as truncated.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+    finally:
+        conn.close()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another gpuforge created it meanwhile: that one is the record
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _schema_version(conn: sqlite3.Connection) -> int | None:

@@ -44,8 +44,9 @@ def test_random_sigkill_loses_nothing(tmp_path: Path) -> None:
         time.sleep(rng.uniform(0.05, 0.8))
         child.kill()
         child.wait(30)
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        if Path(db).exists():  # connecting would create an empty one: a record truncated to 0
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         _assert_consistent(db)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     store = open_store(Path(db))

@@ -105,8 +105,9 @@ def test_status_requires_a_spec(tmp_path: Path) -> None:
         lambda p: p.write_bytes(p.read_bytes()[:3000]),  # truncated
         lambda p: p.write_bytes(b"SQLite format 3\x00" + os.urandom(8192)),  # garbage pages
         lambda p: p.write_text("not a database at all\n"),
+        lambda p: p.write_bytes(b""),  # SQLite took it for a new record and started over
     ],
-    ids=["truncated", "garbage", "text"],
+    ids=["truncated", "garbage", "text", "empty"],
 )
 def test_unreadable_record_is_one_line_exit_2_with_recovery(tmp_path: Path, damage: object) -> None:
     state = _state_dir(tmp_path)
