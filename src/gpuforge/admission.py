@@ -235,9 +235,20 @@ class AdmissionRecord:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+        try:
+            with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
+                check = db.execute("PRAGMA quick_check").fetchone()
+                if check is None or check[0] != "ok":
+                    raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
+                db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:  # truncated, corrupt, not a database: never modified
+            raise InputError(
+                f"{path}: the admission record is unreadable ({' '.join(str(exc).split())}); "
+                "move it aside (keep it for the record) and run again: the maintenance windows "
+                "it held are forgotten, so check `gpuforge slurm state` for nodes left drained "
+                "with a gpuforge: reason"
+            ) from None
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:

@@ -518,3 +518,18 @@ def test_close_keeps_a_drain_set_during_the_window(adm: Admission, fake: FakeSlu
     assert fake.nodes["gpu04"] == ("IDLE+DRAIN", "PSU replaced, burn-in tomorrow")
     assert fake.nodes["gpu03"] == ("IDLE+DRAIN", JOIN_REASON)
     assert [a.node for a in restored] == ["gpu03"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"not a database at all\n", b"SQLite format 3\x00" + bytes(range(256)) * 32],
+    ids=["text", "garbage pages"],
+)
+def test_unreadable_admission_record_is_an_input_error(tmp_path: Path, damage: bytes) -> None:
+    """A corrupt admission.db ended deploy in sqlite3.DatabaseError and a traceback."""
+    db = tmp_path / "lab" / "admission.db"
+    AdmissionRecord(db)
+    db.write_bytes(damage)
+    with pytest.raises(InputError, match=r"admission record is unreadable .*move it aside"):
+        AdmissionRecord(db)
+    assert db.read_bytes() == damage
