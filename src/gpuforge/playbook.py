@@ -255,7 +255,8 @@ def _guard_env(private: Path, play_record: Path | None) -> dict[str, str]:
     }
     if play_record is not None:
         play_record.parent.mkdir(parents=True, exist_ok=True)
-        env[playguard.RECORD_ENV] = str(play_record)
+        # Absolute: the guard runs in ansible-runner's private data directory, not our cwd.
+        env[playguard.RECORD_ENV] = str(play_record.absolute())
     return env
 
 

@@ -48,3 +48,23 @@ def test_the_play_runs_under_the_guard(tmp_path: Path, monkeypatch: pytest.Monke
     assert seen["deprecations"] == "False"
     assert seen["timeout"] == "7"
     assert not record.exists()  # removed once the play ended
+
+
+def test_a_relative_play_record_is_written_where_the_caller_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--state-dir state`` is relative; the guard runs elsewhere (ansible-runner's private dir)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    spy = bin_dir / "ansible-playbook"
+    spy.write_text(f"#!{sys.executable}\n{_SPY}")
+    spy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPY_OUT", str(tmp_path / "spy.json"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    run_playbook(
+        "site.yml", Path("hosts.yml"), play_record=Path("state/lab/rollout.play"), timeout_s=60
+    )
+    seen = json.loads((tmp_path / "spy.json").read_text())
+    assert seen["record_written"] is True
