@@ -152,9 +152,14 @@ class SrunCollective:
         if res.timed_out or not res.stdout.strip():
             return 0.0
         try:
-            return largest_busbw(parse_nccl(res.stdout))
+            parsed = parse_nccl(res.stdout)
         except Exception:
             return 0.0
+        # A run that died, was cut before its summary or corrupted data has not shown its
+        # bandwidth: its largest row may be any size it reached before it stopped.
+        if res.rc not in (0, None) or parsed.avg_busbw_gbps is None or parsed.wrong_total:
+            return 0.0
+        return largest_busbw(parsed)
 
     def for_rail(self, rail: int) -> RunCollective:
         """A ``run_collective`` bound to one rail."""
