@@ -53,7 +53,7 @@ def test_the_play_runs_under_the_guard(tmp_path: Path, monkeypatch: pytest.Monke
 def test_a_relative_play_record_is_written_where_the_caller_meant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--state-dir state`` is relative; the guard runs elsewhere (ansible-runner's private dir)."""
+    """``--state-dir state`` is relative; the guard runs in ansible-runner's private dir."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     spy = bin_dir / "ansible-playbook"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from gpuforge import slurm
-from gpuforge.slurm import CommandResult
+from gpuforge.command import CommandResult
+from gpuforge.slurm import control as slurm
 
 testinfra_hosts = ["ansible://gfslurm-ctl01"]
 
@@ -19,14 +18,19 @@ SRUN = "timeout 120 srun --immediate=60"
 
 
 class HostRunner:
-    """Runs gpuforge's Slurm operations on the controller through testinfra's connection."""
+    """A command runner over testinfra's connection to the controller."""
 
     def __init__(self, host: Any) -> None:
         self.host = host
 
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
-        cmd = self.host.run(f"timeout {int(timeout)} {shlex.join(argv)}")
-        return CommandResult(cmd.rc, cmd.stdout, cmd.stderr)
+    def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
+        cmd = self.host.run(f"timeout {int(timeout)} sh -c {shlex.quote(command)}")
+        return CommandResult(host, command, cmd.rc, cmd.stdout, cmd.stderr)
+
+
+def controller(host: Any) -> slurm.SlurmClient:
+    """gpuforge's Slurm operations, run on the controller through testinfra's connection."""
+    return slurm.SlurmClient(HostRunner(host), "gfslurm-ctl01")
 
 
 def sinfo(host: Any) -> dict[str, slurm.SinfoRow]:
@@ -53,7 +57,7 @@ def test_new_node_joins_drained_and_is_idle_once_admitted(host: Any, node: str) 
     """
     row = sinfo(host)[node]
     assert (row.state, row.reason) == ("drained", "gpuforge:join:validate")
-    slurm.resume(HostRunner(host), node, "molecule: admitted")
+    slurm.resume(controller(host), node, "molecule: admitted")
     assert wait_idle(host, node) == "idle"
 
 
@@ -102,7 +106,7 @@ def test_configless_nodes_fetch_configuration(host: Any) -> None:
 
 
 def test_drained_node_gets_no_work_and_returns_after_resume(host: Any) -> None:
-    runner = HostRunner(host)
+    runner = controller(host)
     reason = "molecule: drain test"
     drained = slurm.drain(runner, NODES[0], reason)
     assert [c.changed for c in drained] == [True]
