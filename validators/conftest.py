@@ -170,6 +170,7 @@ class Recorder:
                     "evidence": evidence,
                     "message": outcome.detail,
                     "warn": warn and not outcome.ok,
+                    "action": outcome.action,
                 },
             )
         )
@@ -252,6 +253,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 duration_s=float(props.get("gpuforge_duration", 0.0)),
                 tier=Tier.QUICK,
                 message=str(rec.get("message") or ""),
+                action=str(rec.get("action") or "") if st is Status.FAIL else "",
             ).to_dict()
         )
 

@@ -7,6 +7,8 @@ conformance and upgrade work that builds on them) goes through :class:`Admission
 
 * a node that failed (``quarantine``) is drained with a reason in the one format
   ``gpuforge:<check>:<action>`` (:func:`format_reason`, at most :data:`REASON_MAX` characters);
+  the action is the caller's, else the strongest one its failed checks name (the Xid
+  catalogue's ``reset_gpu``, ``reboot``, ...: :attr:`NodeVerdict.action`), else ``quarantine``;
 * a node whose validation was inconclusive (``hold``: a check could not run) is left exactly as it
   was: never drained on that evidence, never resumed;
 * a node that passed is resumed only if gpuforge drained it (its reason parses with
@@ -41,7 +43,7 @@ from pathlib import Path
 from gpuforge.errors import InputError, OperationError
 from gpuforge.slurm import control
 from gpuforge.slurm.control import DEFAULT_TIMEOUT, NodeAction, SlurmClient, SlurmNode
-from gpuforge.validate.result import NodeVerdict, Verdict
+from gpuforge.validate.result import NodeVerdict, Status, Verdict
 
 #: Every reason gpuforge writes starts with this and a colon.
 REASON_PREFIX = "gpuforge"
@@ -114,8 +116,18 @@ def is_ours(reason: str) -> bool:
 
 
 def verdict_reason(verdict: NodeVerdict, action: str = "quarantine") -> str:
-    """The drain reason for a failed node: its first failed check, and how many more."""
-    checks = verdict.reasons or ("unknown",)
+    """The drain reason for a failed node: its first failed check, and how many more.
+
+    When a failed check calls for ``action`` itself (the Xid catalogue's ``reboot`` for
+    ``gpu.xid``), that check is named first, so the reason says why the node needs it.
+    """
+    checks = list(verdict.reasons) or ["unknown"]
+    carrier = next(
+        (r.check for r in verdict.results if r.status is Status.FAIL and r.action == action), None
+    )
+    if carrier in checks:
+        checks.remove(carrier)
+        checks.insert(0, carrier)
     return format_reason(checks[0], action, more=len(checks) - 1)
 
 
@@ -564,7 +576,7 @@ class Admission:
         if verdict.verdict is Verdict.ADMIT:
             detail = "passed" if prior.drained else "passed; in service"
             return _Plan(node, "resume" if prior.drained else "none", prior, detail)
-        reason = verdict_reason(verdict, action or "quarantine")
+        reason = verdict_reason(verdict, action or verdict.action or "quarantine")
         out_of_service = not prior.drained
         refusal = breaker.allow(node) if breaker is not None and out_of_service else ""
         if refusal:

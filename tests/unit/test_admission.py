@@ -23,7 +23,7 @@ from gpuforge.cli import main
 from gpuforge.errors import InputError, OperationError
 from gpuforge.resources import project_path
 from gpuforge.slurm.control import SlurmClient
-from gpuforge.validate.result import NodeVerdict, Verdict
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
 from tests.unit.slurm.fake import FakeSlurm, Killed
 
 OPERATOR = "RMA 4711 waiting for a new HGX board"
@@ -164,6 +164,27 @@ def test_failed_node_is_drained_with_the_formatted_reason(adm: Admission, fake: 
 def test_drain_action_comes_from_the_caller(adm: Admission, fake: FakeSlurm) -> None:
     adm.admit([failed("gpu01", "health.xid[79]")], actions={"gpu01": "reboot"})
     assert fake.nodes["gpu01"][1] == "gpuforge:health.xid[79]:reboot"
+
+
+def test_drain_action_comes_from_the_failed_checks(adm: Admission, fake: FakeSlurm) -> None:
+    def result(check: str, action: str = "") -> CheckResult:
+        return CheckResult("gpu01", check, Status.FAIL, action=action)
+
+    results = (
+        result("gpu.count"),
+        result("gpu.xid", "reboot"),
+        result("gpu.ecc", "reset_gpu"),
+    )
+    verdict = NodeVerdict(
+        "gpu01", Verdict.QUARANTINE, ("gpu.count", "gpu.xid", "gpu.ecc"), results=results
+    )
+    assert verdict.action == "reboot"
+    adm.admit([verdict])
+    # the check that calls for the action is named first
+    assert fake.nodes["gpu01"][1] == "gpuforge:gpu.xid+2:reboot"
+    # an action the drain reason cannot carry (monitor) never stands for quarantine
+    plain = NodeVerdict("gpu03", Verdict.QUARANTINE, ("x",), results=(result("x", "monitor"),))
+    assert plain.action == ""
 
 
 def test_operator_drain_is_never_resumed(adm: Admission, fake: FakeSlurm) -> None:

@@ -65,6 +65,7 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpuforge/_project/roles/base/tasks/main.yml" in names
     assert "gpuforge_sim/faults.py" in names
+    assert "gpuforge/validate/data/xid_catalogue.yaml" in names  # data files ride along
     assert not [n for n in names if "__pycache__" in n]
     target = tmp / "site"
     subprocess.run(
@@ -143,3 +144,16 @@ def test_installed_wheel_finds_its_roles_outside_the_checkout(
     sim_file, version = sim.stdout.split()
     assert sim_file.startswith(str(installed_wheel))
     assert version == "1"
+
+
+@pytest.mark.slow
+def test_installed_wheel_loads_the_xid_catalogue(installed_wheel: Path, tmp_path: Path) -> None:
+    code = (
+        "from gpuforge.validate import xid_catalogue as x;"
+        "print(x.CATALOGUE_PATH); print(x.lookup(79).action.value)"
+    )
+    out = _run_installed(installed_wheel, tmp_path, "-c", code)
+    assert out.returncode == 0, out.stderr
+    path, action = out.stdout.split()
+    assert Path(path) == installed_wheel / "gpuforge/validate/data/xid_catalogue.yaml"
+    assert action == "reboot"

@@ -7,13 +7,14 @@ the judgement here makes every rule unit-testable against real-format samples.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuforge.validate.parsers.ibstat import IbstatReport
 from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
 from gpuforge.validate.parsers.nvidia_smi_csv import NvidiaSmiCsv
 from gpuforge.validate.parsers.nvlink import NvlinkStatus
+from gpuforge.validate.xid_catalogue import Action, lookup
 
 #: Fields the GPU inventory query asks for (``nvidia-smi --query-gpu=... --format=csv``).
 GPU_QUERY = "index,name,pci.bus_id,driver_version,persistence_mode,ecc.mode.current"
@@ -32,13 +33,6 @@ BENIGN_CLOCK_REASONS = frozenset(
     }
 )
 
-#: Xids that mean hardware (or its driver state) is bad: the node must not run jobs.
-#: Source: NVIDIA "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors): 48 DBE, 63/64 row
-#: remap, 74 NVLink, 79 fallen off the bus, 92 high SBE rate, 94/95 contained/uncontained ECC,
-#: 119/120 GSP, 140 unrecovered ECC, 143-150 Blackwell NVLink/ECC/GPU errors.
-HARDWARE_XIDS = frozenset(
-    {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 123, 140, 143, 144, 145, 149, 150}
-)
 _XID = re.compile(r"NVRM: Xid \((?P<dev>[^)]*)\): (?P<xid>\d+),")
 
 
@@ -52,6 +46,9 @@ class Outcome:
     detail: str = ""
     #: Not ok, but only worth a warning (the fact may have a benign cause the check cannot see).
     warn_only: bool = False
+    #: The remediation a failure calls for (an :class:`~gpuforge.validate.xid_catalogue.Action`
+    #: value); empty: the default (``quarantine``: repair and re-validate).
+    action: str = ""
 
     def explain(self) -> str:
         """The assertion message: measured, expected and why."""
@@ -367,16 +364,45 @@ def xid_events(kernel_log: str) -> list[XidEvent]:
     return out
 
 
-def no_hardware_xids(kernel_log: str, hardware: Iterable[int] = HARDWARE_XIDS) -> Outcome:
-    """No hardware-class Xid in the log (application Xids such as 13, 31, 43, 45 are ignored)."""
-    hw = set(hardware)
-    events = [e for e in xid_events(kernel_log) if e.xid in hw]
+def no_hardware_xids(kernel_log: str) -> Outcome:
+    """Judge the Xids in a kernel log by the Xid catalogue (``validate/data/xid_catalogue.yaml``).
+
+    * any Xid whose catalogue action drains (``reset_gpu``, ``reboot``, ``inspect``, ``rma``) and
+      that is not application-caused, or a "fallen off the bus" report (Xid 79's ``reboot``),
+      fails; the outcome's ``action`` is the strongest such action;
+    * otherwise an application-caused Xid (13, 31, 43, ...), one whose action is ``monitor`` or
+      one the catalogue does not list is a warning with action ``monitor``: the job failed, the
+      node stays in service (a recurrence across jobs is for the health history to judge);
+    * ``none`` Xids (45, a follow-on report) and a log without Xids pass.
+
+    ``measured`` names each code with its GPU and action: ``79@0000:91:00=reboot``.
+    """
+    events = xid_events(kernel_log)
     fallen = [ln for ln in kernel_log.splitlines() if "fallen off the bus" in ln]
-    measured = sorted({f"{e.xid}@{e.device}" for e in events})
-    if fallen and not events:
-        measured.append("fallen-off-the-bus")
-    detail = "\n".join([e.line for e in events][:5] + fallen[:2])
-    return Outcome(not measured, ",".join(measured) or "none", "no hardware Xid", detail)
+    drains: list[tuple[XidEvent, Action]] = []
+    watch: list[XidEvent] = []
+    for e in events:
+        entry = lookup(e.xid)
+        if entry.action.drains and not entry.user_caused:
+            drains.append((e, entry.action))
+        elif entry.action is not Action.NONE:
+            watch.append(e)
+    flagged = sorted({f"{e.xid}@{e.device}={a.value}" for e, a in drains})
+    actions = [a for _, a in drains]
+    if fallen and 79 not in {e.xid for e, _ in drains}:
+        flagged.append(f"fallen-off-the-bus={lookup(79).action.value}")
+        actions.append(lookup(79).action)
+    if actions:
+        detail = "\n".join([e.line for e, _ in drains][:5] + fallen[:2])
+        strongest = max(actions, key=lambda a: a.rank)
+        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=strongest.value)
+    if watch:
+        seen = sorted({f"{e.xid}@{e.device}={lookup(e.xid).action.value}" for e in watch})
+        detail = "application or monitor-only Xids: " + "\n".join(e.line for e in watch[:5])
+        return Outcome(
+            False, ",".join(seen), "no hardware Xid", detail, warn_only=True, action="monitor"
+        )
+    return Outcome(True, "none", "no hardware Xid")
 
 
 def sysctl_values(measured: Mapping[str, str], expected: Mapping[str, object]) -> Outcome:

@@ -21,6 +21,11 @@ from typing import Any
 
 import hostlist
 
+from gpuforge.validate.xid_catalogue import Action
+
+#: Catalogue actions that take a node out of service, i.e. that a drain reason may carry.
+DRAIN_ACTIONS = frozenset(a.value for a in Action if a.drains)
+
 SCHEMA_VERSION = 1
 EVIDENCE_MAX = 2000
 _ELISION = "\n[... {n} characters elided ...]\n"
@@ -126,6 +131,9 @@ class CheckResult:
     duration_s: float = 0.0
     tier: Tier = Tier.QUICK
     message: str = ""
+    #: For a ``fail``: the remediation it calls for (an Xid catalogue action such as ``reboot``;
+    #: docs/health.md); empty means the default, ``quarantine``.
+    action: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -145,6 +153,7 @@ class CheckResult:
             "duration_s": self.duration_s,
             "tier": self.tier.value,
             "message": self.message,
+            **({"action": self.action} if self.action else {}),
         }
 
     @classmethod
@@ -162,6 +171,20 @@ class NodeVerdict:
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     results: tuple[CheckResult, ...] = ()
+
+    @property
+    def action(self) -> str:
+        """The strongest drain action its failed checks call for; empty when none names one.
+
+        Admission writes it into the drain reason (``gpuforge:<check>:<action>``); without one
+        a failed node is drained for ``quarantine``.
+        """
+        named = [
+            Action(r.action)
+            for r in self.results
+            if r.status is Status.FAIL and r.action in DRAIN_ACTIONS
+        ]
+        return max(named, key=lambda a: a.rank).value if named else ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema ``SCHEMA_VERSION``)."""

@@ -2,14 +2,9 @@
 
 Reads ``dmesg`` (``[ 1843.308145]``), ``dmesg --time-format iso`` (``kern  :warn  : 2025-...``),
 syslog / journal (``Aug 17 06:18:01 host kernel:``) and quoted copies (``> `` prefixes). Each Xid
-is classified with :data:`XID_CATALOG`.
-
-The catalog follows NVIDIA's "XID Errors" documentation,
-https://docs.nvidia.com/deploy/xid-errors/ (the per-Xid table and its "Xid Catalog" of causes and
-recommended actions). ``action`` is the operator step that document recommends, reduced to:
-``none`` (an application bug or follow-on report: check the job, not the node),
-``reset_gpu`` (GPU reset or node reboot needed), ``drain`` (take the node out of service and
-investigate the hardware), ``investigate`` (depends on context; read the message).
+is labelled from the Xid catalogue (:mod:`gpuforge.validate.xid_catalogue`, the data file
+``validate/data/xid_catalogue.yaml`` with NVIDIA's documentation as the source per code): its name,
+category and action (``none``, ``monitor``, ``reset_gpu``, ``reboot``, ``inspect``, ``rma``).
 """
 
 from __future__ import annotations
@@ -18,57 +13,7 @@ import re
 from dataclasses import dataclass
 
 from gpuforge.validate.parsers._common import ParseError, require_text, split_lines
-
-
-@dataclass(frozen=True, slots=True)
-class XidClass:
-    """What an Xid number means and what to do about it."""
-
-    name: str
-    category: str
-    """``application``, ``memory``, ``nvlink``, ``bus``, ``gsp``, ``driver``, ``hardware``."""
-    action: str
-    """``none``, ``reset_gpu``, ``drain`` or ``investigate``."""
-
-
-XID_CATALOG: dict[int, XidClass] = {
-    8: XidClass("GPU stopped processing (channel timeout)", "driver", "investigate"),
-    13: XidClass("Graphics Engine Exception", "application", "none"),
-    31: XidClass("GPU memory page fault", "application", "none"),
-    32: XidClass("Invalid or corrupted push buffer stream", "driver", "investigate"),
-    38: XidClass("Driver firmware error", "driver", "reset_gpu"),
-    43: XidClass("GPU stopped processing", "application", "none"),
-    45: XidClass("Preemptive cleanup, due to previous errors", "application", "none"),
-    48: XidClass("Double Bit ECC Error (DBE)", "memory", "reset_gpu"),
-    61: XidClass("Internal micro-controller breakpoint/warning", "hardware", "reset_gpu"),
-    62: XidClass("Internal micro-controller halt", "hardware", "reset_gpu"),
-    63: XidClass("ECC page retirement or row remapping recording event", "memory", "reset_gpu"),
-    64: XidClass("ECC page retirement or row remapper recording failure", "memory", "drain"),
-    68: XidClass("NVDEC0 Exception", "hardware", "investigate"),
-    69: XidClass("Graphics Engine class error", "hardware", "investigate"),
-    74: XidClass("NVLink Error", "nvlink", "reset_gpu"),
-    79: XidClass("GPU has fallen off the bus", "bus", "drain"),
-    92: XidClass("High single-bit ECC error rate", "memory", "investigate"),
-    94: XidClass("Contained ECC error", "memory", "reset_gpu"),
-    95: XidClass("Uncontained ECC error", "memory", "reset_gpu"),
-    109: XidClass("Context Switch Timeout Error", "driver", "investigate"),
-    119: XidClass("GSP RPC Timeout", "gsp", "reset_gpu"),
-    120: XidClass("GSP Error", "gsp", "reset_gpu"),
-    121: XidClass("C2C Link corrected error", "hardware", "investigate"),
-    136: XidClass("Link Training Failed", "bus", "drain"),
-    140: XidClass("Unrecovered ECC Error", "memory", "reset_gpu"),
-    143: XidClass("GPU Initialization Failure", "hardware", "drain"),
-    144: XidClass("NVLink: SAW error", "nvlink", "reset_gpu"),
-    145: XidClass("NVLink: RLW error", "nvlink", "reset_gpu"),
-    146: XidClass("NVLink: TLW error", "nvlink", "reset_gpu"),
-    147: XidClass("NVLink: TREX error", "nvlink", "reset_gpu"),
-    148: XidClass("NVLink: NVLPW control error", "nvlink", "reset_gpu"),
-    149: XidClass("NVLink: NETIR error", "nvlink", "reset_gpu"),
-    150: XidClass("NVLink: MSE error", "nvlink", "reset_gpu"),
-    154: XidClass("GPU recovery action changed", "driver", "investigate"),
-}
-
-UNKNOWN_XID = XidClass("not in gpuforge's catalog", "unknown", "investigate")
+from gpuforge.validate.xid_catalogue import XidEntry, lookup
 
 _PREFIXES = (
     re.compile(r"^>\s?"),  # quoted (Markdown blockquote)
@@ -156,9 +101,9 @@ class XidReport:
         return counts
 
 
-def classify(xid: int) -> XidClass:
-    """The catalog entry of an Xid, or :data:`UNKNOWN_XID`."""
-    return XID_CATALOG.get(xid, UNKNOWN_XID)
+def classify(xid: int) -> XidEntry:
+    """The catalogue entry of an Xid (the catalogue's ``UNKNOWN`` entry when it is not listed)."""
+    return lookup(xid)
 
 
 def _strip(line: str) -> tuple[str, str | None]:
@@ -210,7 +155,7 @@ def parse(text: str) -> XidReport:  # noqa: PLR0912 - one branch per kind of lin
                     message=rest.strip(),
                     name=kind.name,
                     category=kind.category,
-                    action=kind.action,
+                    action=kind.action.value,
                 )
             )
             continue

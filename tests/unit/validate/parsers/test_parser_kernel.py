@@ -72,7 +72,7 @@ def test_xid_dmesg_iso_counts() -> None:
     assert first.pci == "0000:38:00"
     assert first.pid is None  # pid='<unknown>'
     assert first.message.startswith("Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0)")
-    assert (first.category, first.action) == ("application", "none")
+    assert (first.category, first.action) == ("application", "monitor")
 
 
 def test_xid_row_remapper_line() -> None:
@@ -86,7 +86,7 @@ def test_xid_fallen_off_bus_and_sxids_in_blockquote() -> None:
     report = xid.parse(real_text("kernel/gpud-readme-h100-xid79-sxid20034-blockquote.txt"))
     (event,) = report.xids
     assert (event.xid, event.pci, event.timestamp) == (79, "0000:91:00", "6781741.548779")
-    assert (event.category, event.action) == ("bus", "drain")
+    assert (event.category, event.action) == ("bus", "reboot")
     assert len(report.sxids) == 8
     assert {s.sxid for s in report.sxids} == {20034}
     assert {s.switch for s in report.sxids} == {
@@ -126,16 +126,17 @@ def test_syslog_without_gpu_events_is_clean_not_refused() -> None:
 @pytest.mark.parametrize(
     ("number", "category", "action"),
     [
-        (13, "application", "none"),
-        (31, "application", "none"),
-        (43, "application", "none"),
+        (13, "application", "monitor"),
+        (31, "application", "monitor"),
+        (43, "application", "monitor"),
+        (45, "application", "none"),
         (48, "memory", "reset_gpu"),
         (63, "memory", "reset_gpu"),
-        (64, "memory", "drain"),
-        (74, "nvlink", "reset_gpu"),
-        (79, "bus", "drain"),
-        (92, "memory", "investigate"),
-        (94, "memory", "reset_gpu"),
+        (64, "memory", "reset_gpu"),
+        (74, "nvlink", "reboot"),
+        (79, "bus", "reboot"),
+        (92, "memory", "monitor"),
+        (94, "memory", "monitor"),
         (95, "memory", "reset_gpu"),
         (119, "gsp", "reset_gpu"),
         (120, "gsp", "reset_gpu"),
@@ -148,10 +149,10 @@ def test_xid_catalog(number: int, category: str, action: str) -> None:
     assert (entry.category, entry.action) == (category, action)
 
 
-def test_unknown_xid_is_flagged_for_investigation() -> None:
-    assert xid.classify(9999) == xid.UNKNOWN_XID
+def test_unknown_xid_is_flagged_for_monitoring() -> None:
+    assert (xid.classify(9999).code, xid.classify(9999).category) == (9999, "unknown")
     report = xid.parse("[  12.5] NVRM: Xid (PCI:0000:01:00): 9999, pid=1, something new\n")
-    assert (report.xids[0].category, report.xids[0].action) == ("unknown", "investigate")
+    assert (report.xids[0].category, report.xids[0].action) == ("unknown", "monitor")
 
 
 def test_xid_journal_with_syslog_date() -> None:
