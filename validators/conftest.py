@@ -253,7 +253,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 duration_s=float(props.get("gpuforge_duration", 0.0)),
                 tier=Tier.QUICK,
                 message=str(rec.get("message") or ""),
-                action=str(rec.get("action") or "") if st is Status.FAIL else "",
+                action=str(rec.get("action") or ""),
             ).to_dict()
         )
 

@@ -131,8 +131,8 @@ class CheckResult:
     duration_s: float = 0.0
     tier: Tier = Tier.QUICK
     message: str = ""
-    #: For a ``fail``: the remediation it calls for (an Xid catalogue action such as ``reboot``;
-    #: docs/health.md); empty means the default, ``quarantine``.
+    #: The catalogue action the result calls for (``reboot`` on a ``fail``, ``monitor`` on a
+    #: ``warn``; docs/health.md); empty: none named (a failure then means ``quarantine``).
     action: str = ""
 
     def __post_init__(self) -> None:

@@ -16,9 +16,10 @@ from simlab import ROOT, SIM, state
 def _suite(tmp_path: Path, faults: list[dict[str, object]], select: str) -> dict[str, dict]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    tool = bin_dir / "nvidia-smi"
-    tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim nvidia-smi "$@"\n')
-    tool.chmod(0o755)
+    for name in ("nvidia-smi", "dmesg"):
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim {name} "$@"\n')
+        tool.chmod(0o755)
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}:{env.get('PATH', '')}",
@@ -81,3 +82,18 @@ def test_suite_passes_a_healthy_node(tmp_path: Path) -> None:
         "gpu.throttle": "pass",
         "gpu.power_cap": "pass",
     }
+
+
+@pytest.mark.slow
+def test_suite_fails_a_fallen_gpu_with_the_catalogue_action(tmp_path: Path) -> None:
+    got = _suite(tmp_path, [{"node": "gpu001", "kind": "xid", "gpu": 3, "code": 79}], "xid")
+    xid = got["gpu.xid"]
+    assert (xid["status"], xid["action"]) == ("fail", "reboot")
+    assert xid["measured"].startswith("79@") and xid["measured"].endswith("=reboot")
+
+
+@pytest.mark.slow
+def test_suite_only_warns_on_an_application_xid(tmp_path: Path) -> None:
+    got = _suite(tmp_path, [{"node": "gpu001", "kind": "xid", "gpu": 0, "code": 13}], "xid")
+    xid = got["gpu.xid"]
+    assert (xid["status"], xid["action"]) == ("warn", "monitor")
