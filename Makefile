@@ -69,11 +69,12 @@ test-integration: setup system-deps ## Molecule scenarios and lab integration te
 lint: lint-python lint-ansible ## Every linter
 
 .PHONY: lint-python
-lint-python: setup ## ruff, mypy --strict, yamllint
+lint-python: setup ## ruff, mypy --strict, yamllint; docs/health.md's Xid table in step with its data
 	$(BIN)/ruff check src tests validators lab roles bench tools
 	$(BIN)/ruff format --check src tests validators lab roles bench tools
 	$(BIN)/mypy src
 	$(BIN)/yamllint -s .
+	$(PY) tools/xid_docs.py --check
 
 .PHONY: lint-ansible
 lint-ansible: setup ## ansible-lint (production profile); role READMEs in step with their argument specs

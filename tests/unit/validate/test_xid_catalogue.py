@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -10,6 +12,8 @@ import yaml
 from gpuforge.errors import InputError
 from gpuforge.validate import xid_catalogue
 from gpuforge.validate.xid_catalogue import Action, Severity
+
+REPO = Path(__file__).resolve().parents[3]
 
 #: The codes issue 16 requires the catalogue to cover.
 REQUIRED = [13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140]
@@ -103,3 +107,23 @@ def test_loader_rejects_broken_yaml_with_its_line(tmp_path: Path) -> None:
     path.write_text("schema: 1\nxids: [\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"xid\.yaml: line \d+: not valid YAML"):
         xid_catalogue.load(path)
+
+
+def _xid_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("xid_docs", REPO / "tools" / "xid_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_health_doc_table_is_in_step_and_check_sees_a_stale_one(tmp_path: Path) -> None:
+    tool = _xid_docs()
+    assert tool.main(["--check"]) == 0
+    doc = tmp_path / "docs" / "health.md"
+    doc.parent.mkdir()
+    current = (REPO / "docs" / "health.md").read_text(encoding="utf-8")
+    doc.write_text(current.replace("| 79 | GPU has fallen off the bus | `reboot`", "| 79 | x |"))
+    assert tool.main(["--check", "--root", str(tmp_path)]) == 1
+    assert tool.main(["--root", str(tmp_path)]) == 0
+    assert doc.read_text(encoding="utf-8") == current
