@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import real
+
+from gpuforge.validate import xid_catalogue
 
 SCRIPT = Path(__file__).resolve().parents[3] / "validators" / "healthcheck" / "gpuforge-healthcheck"
 
@@ -155,3 +159,16 @@ def test_hung_tool_is_a_failure(tmp_path: Path) -> None:
     res = hc(env)
     assert res.returncode == 1
     assert "hung: ibstat" in res.stdout
+
+
+def test_hardware_xids_follow_the_xid_catalogue() -> None:
+    # the script cannot read YAML on the node; its literal set must match the data file
+    text = SCRIPT.read_text(encoding="utf-8")
+    literal = re.search(r"^HARDWARE_XIDS = (\{[^}]*\})", text, re.MULTILINE)
+    assert literal is not None
+    drains = {
+        code
+        for code, entry in xid_catalogue.catalogue().entries.items()
+        if entry.action.drains and not entry.user_caused
+    }
+    assert ast.literal_eval(literal.group(1)) == drains
