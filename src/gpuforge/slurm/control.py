@@ -190,20 +190,30 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
     Records start at a line beginning with ``NodeName=``; the multi-line form continues on
     indented lines.  Raises InputError on text that holds no node record but is not empty.
     """
+    records = _records(text, "NodeName=", "No nodes in the system", "node")
+    return [_node_from_fields(fields) for fields in records]
+
+
+def _records(text: str, first_key: str, none: str, kind: str) -> list[dict[str, str]]:
+    """The ``Key=value`` records of ``scontrol show`` output, one-line or multi-line form.
+
+    A record starts at a line beginning with ``first_key`` and continues on the lines after it;
+    ``none`` is what scontrol prints when there are no records.
+    """
     records: list[dict[str, str]] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("NodeName="):
+        if line.startswith(first_key):
             records.append(_split_fields(line))
         elif records:
             records[-1].update(_split_fields(line))
-        elif line.startswith("No nodes in the system"):
+        elif line.startswith(none):
             return []
         else:
-            raise InputError(f"not scontrol node output: {line[:120]!r}")
-    return [_node_from_fields(fields) for fields in records]
+            raise InputError(f"not scontrol {kind} output: {line[:120]!r}")
+    return records
 
 
 @dataclass(frozen=True)
@@ -442,19 +452,7 @@ class Reservation:
 
 def parse_reservations(text: str) -> list[Reservation]:
     """Parse ``scontrol --oneliner show reservation`` output (also the multi-line form)."""
-    records: list[dict[str, str]] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("ReservationName="):
-            records.append(_split_fields(line))
-        elif records:
-            records[-1].update(_split_fields(line))
-        elif line.startswith("No reservations in the system"):
-            return []
-        else:
-            raise InputError(f"not scontrol reservation output: {line[:120]!r}")
+    records = _records(text, "ReservationName=", "No reservations in the system", "reservation")
     return [
         Reservation(
             name=f["ReservationName"],
