@@ -349,29 +349,15 @@ def drain(
     decides whether a node may be drained at all.
     """
     why = _require_reason(reason)
-    before = {s.name: s for s in node_states(slurm, nodes, timeout=timeout)}
-    todo = [n for n, s in before.items() if not (s.drained and s.reason == why)]
-    if todo:
-        argv = [
-            "scontrol",
-            "update",
-            f"NodeName={collect_nodes(todo)}",
-            "State=DRAIN",
-            f"Reason={why}",
-        ]
-        _check(slurm.run(argv, timeout=timeout), argv)
-    after = {s.name: s for s in node_states(slurm, todo, timeout=timeout)} if todo else {}
-    return [
-        NodeAction(
-            node=name,
-            action="drain",
-            changed=name in after,
-            reason=why,
-            before=state.state_text,
-            after=after[name].state_text if name in after else state.state_text,
-        )
-        for name, state in before.items()
-    ]
+    return _update(
+        slurm,
+        nodes,
+        "drain",
+        why,
+        needs=lambda s: not (s.drained and s.reason == why),
+        settings=["State=DRAIN", f"Reason={why}"],
+        timeout=timeout,
+    )
 
 
 def resume(
@@ -388,17 +374,38 @@ def resume(
     operation: it resumes whoever drained the node, so automatic resumes go through
     :mod:`gpuforge.admission`, which never resumes an operator's drain.
     """
-    why = _require_reason(reason)
+    return _update(
+        slurm,
+        nodes,
+        "resume",
+        _require_reason(reason),
+        needs=lambda s: s.resumable,
+        settings=["State=RESUME"],
+        timeout=timeout,
+    )
+
+
+def _update(
+    slurm: SlurmClient,
+    nodes: str | Iterable[str],
+    action: str,
+    why: str,
+    *,
+    needs: Callable[[SlurmNode], bool],
+    settings: list[str],
+    timeout: float,
+) -> list[NodeAction]:
+    """``scontrol update`` of the nodes that ``needs`` it, one call; every node's before/after."""
     before = {s.name: s for s in node_states(slurm, nodes, timeout=timeout)}
-    todo = [n for n, s in before.items() if s.resumable]
+    todo = [n for n, s in before.items() if needs(s)]
     if todo:
-        argv = ["scontrol", "update", f"NodeName={collect_nodes(todo)}", "State=RESUME"]
+        argv = ["scontrol", "update", f"NodeName={collect_nodes(todo)}", *settings]
         _check(slurm.run(argv, timeout=timeout), argv)
     after = {s.name: s for s in node_states(slurm, todo, timeout=timeout)} if todo else {}
     return [
         NodeAction(
             node=name,
-            action="resume",
+            action=action,
             changed=name in after,
             reason=why,
             before=state.state_text,
