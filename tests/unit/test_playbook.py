@@ -27,21 +27,27 @@ with open(os.environ["SPY_OUT"], "w") as out:
 """
 
 
-def test_the_play_runs_under_the_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A spy ``ansible-playbook`` first on the PATH; returns where it writes what it saw."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    spy = bin_dir / "ansible-playbook"
-    spy.write_text(f"#!{sys.executable}\n{_SPY}")
-    spy.chmod(0o755)
+    fake = bin_dir / "ansible-playbook"
+    fake.write_text(f"#!{sys.executable}\n{_SPY}")
+    fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SPY_OUT", str(tmp_path / "spy.json"))
+    return tmp_path / "spy.json"
+
+
+def test_the_play_runs_under_the_guard(tmp_path: Path, spy: Path) -> None:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all: {}\n")
     record = tmp_path / "rollout.play"
     run_playbook(
         "site.yml", inventory, play_record=record, env={"ANSIBLE_TIMEOUT": "7"}, timeout_s=60
     )
-    seen = json.loads((tmp_path / "spy.json").read_text())
+    seen = json.loads(spy.read_text())
     assert seen["parent"][1:3] == ["-m", "gpuforge.playguard"]
     assert seen["record_written"] is True
     assert seen["pgid_is_guard"] is True
@@ -51,20 +57,11 @@ def test_the_play_runs_under_the_guard(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_a_relative_play_record_is_written_where_the_caller_meant(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--state-dir state`` is relative; the guard runs in ansible-runner's private dir."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    spy = bin_dir / "ansible-playbook"
-    spy.write_text(f"#!{sys.executable}\n{_SPY}")
-    spy.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("SPY_OUT", str(tmp_path / "spy.json"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hosts.yml").write_text("all: {}\n")
-    run_playbook(
-        "site.yml", Path("hosts.yml"), play_record=Path("state/lab/rollout.play"), timeout_s=60
-    )
-    seen = json.loads((tmp_path / "spy.json").read_text())
-    assert seen["record_written"] is True
+    record = Path("state/lab/rollout.play")
+    run_playbook("site.yml", Path("hosts.yml"), play_record=record, timeout_s=60)
+    assert json.loads(spy.read_text())["record_written"] is True
