@@ -11,6 +11,10 @@ systemctl mask \
   apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer \
   e2scrub_reap.service fstrim.timer
 systemctl enable ssh.service
+# The monitoring packages are preloaded in the image (packages.txt) but run only where a
+# monitoring role enables them.
+systemctl disable prometheus.service prometheus-alertmanager.service \
+  prometheus-node-exporter.service
 systemctl set-default multi-user.target
 
 # pam_loginuid cannot write /proc/self/loginuid without CAP_AUDIT_CONTROL; make it optional
