@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import hostlist
-
 from gpuforge.validate.xid_catalogue import Action
 
 #: Catalogue actions that take a node out of service, i.e. that a drain reason may carry.
@@ -296,7 +294,7 @@ class BatchSummary:
             if r.status is Status.PASS and r.message:
                 grouped.setdefault((r.check, r.message), []).append(r.node)
         return [
-            {"check": check, "nodes": hostlist.collect_hostlist(nodes), "message": message}
+            {"check": check, "nodes": _collect(nodes), "message": message}
             for (check, message), nodes in grouped.items()
         ]
 
@@ -319,3 +317,11 @@ class BatchSummary:
             "notes": self.notes(),
             "nodes": [n.to_dict() for n in self.nodes],
         }
+
+
+def _collect(nodes: list[str]) -> str:
+    # Imported here: the node checker (gpuforge.node) imports this module and python-hostlist is
+    # not installed on nodes.
+    import hostlist  # noqa: PLC0415
+
+    return str(hostlist.collect_hostlist(nodes))
