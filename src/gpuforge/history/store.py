@@ -1,0 +1,722 @@
+"""The history store: what the nodes reported and what gpuforge did about it, per cluster.
+
+Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the store keeps:
+
+* ``latest``: the newest record of every node and tier, in full (one row each, replaced);
+* ``verdicts``: every verdict *change* of a node and tier, with the full record that made it
+  (a change is a different verdict or a different set of non-passing checks and actions);
+* ``snapshots``: a node's counters at most once an hour, and only when they differ from its
+  previous snapshot (or when its verdict changed): an unchanged counter set is not stored again,
+  so a healthy node costs a row only when a counter moves. Dense time series are Prometheus's;
+* ``events``: kernel-log events the nodes report (``xid``, ...) and the controller's own
+  (``drain``, ``resume``, ``refused``, ``failure``, ``remediation``, ``rma``), each once.
+
+Retention (:class:`Retention`, applied by :meth:`HistoryStore.prune`): snapshots 30 days, verdict
+changes and events 400 days; latest rows are kept while the node reports. Every write is one
+transaction; records of one batch share one (the collector batches them).
+
+A file that is not a history database of this or an older schema version is refused with an
+:class:`~gpuforge.errors.InputError` naming it, and is never written to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuforge.errors import InputError
+
+#: Version of this module's tables; a file written by a newer gpuforge is refused.
+SCHEMA_VERSION = 1
+#: What the ``meta`` table's ``app`` key holds in a history database.
+APP = "gpuforge.history"
+#: Event kinds in the store. Nodes report ``xid`` (and other kernel-log events); the controller
+#: writes the decisions (``drain``, ``resume``, ``refused``, ``hold``), ``failure`` when a node's
+#: verdict turns to fail, and the remediation and RMA steps (``remediation``, ``rma``).
+EVENT_KINDS = ("xid", "drain", "resume", "refused", "hold", "failure", "remediation", "rma")
+#: Seconds between two counter snapshots of one node (unless its verdict changes).
+SNAPSHOT_INTERVAL_S = 3600.0
+#: Verdicts a record may carry.
+VERDICTS = ("pass", "warn", "fail", "error")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS latest (
+    node TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    at REAL NOT NULL,           -- the record's start time (epoch seconds)
+    received REAL NOT NULL,     -- when the controller stored it
+    verdict TEXT NOT NULL,
+    signature TEXT NOT NULL,    -- non-passing checks: check=status[:action],...
+    request TEXT,               -- JSON of the record's request, or NULL
+    record TEXT NOT NULL,       -- the whole record, JSON
+    PRIMARY KEY (node, tier)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS verdicts (
+    id INTEGER PRIMARY KEY,
+    node TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    at REAL NOT NULL,
+    verdict TEXT NOT NULL,
+    previous TEXT,              -- the verdict before, NULL for a node's first record
+    signature TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_node ON verdicts (node, at);
+CREATE INDEX IF NOT EXISTS verdicts_at ON verdicts (at);
+CREATE TABLE IF NOT EXISTS snapshots (
+    id INTEGER PRIMARY KEY,
+    node TEXT NOT NULL,
+    at REAL NOT NULL,
+    tier TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    counters TEXT NOT NULL      -- JSON {name: value}
+);
+CREATE INDEX IF NOT EXISTS snapshots_node ON snapshots (node, at);
+CREATE INDEX IF NOT EXISTS snapshots_at ON snapshots (at);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    node TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    check_name TEXT NOT NULL DEFAULT '',
+    action TEXT NOT NULL DEFAULT '',
+    code INTEGER,
+    gpu INTEGER,
+    source TEXT NOT NULL DEFAULT '',
+    detail TEXT NOT NULL DEFAULT '',
+    data TEXT NOT NULL DEFAULT '{}',
+    key TEXT UNIQUE             -- node-reported events: stored once however often re-sent
+);
+CREATE INDEX IF NOT EXISTS events_node ON events (node, at);
+CREATE INDEX IF NOT EXISTS events_kind ON events (kind, at);
+"""
+
+
+def history_path(state_dir: Path, cluster: str) -> Path:
+    """Where the history of ``cluster`` lives, beside its admission record."""
+    return state_dir / cluster / "history.db"
+
+
+def parse_time(value: Any, where: str) -> float:
+    """Epoch seconds of an ISO 8601 time (``2026-11-30T19:20:00Z``); InputError naming ``where``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise InputError(f"{where}: must be an ISO 8601 time, not {value!r}")
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{where}: must be an ISO 8601 time, not {value!r}") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def iso(at: float) -> str:
+    """``at`` (epoch seconds) as ``2026-11-30T19:20:00Z``."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def signature(checks: Sequence[Mapping[str, Any]]) -> str:
+    """The non-passing checks of a record as ``check=status[:action]``, sorted, comma-joined.
+
+    Two records with the same verdict and signature are the same state of the node; a record
+    whose signature differs from the previous one is a change, kept in full.
+    """
+    parts = []
+    for c in checks:
+        status = str(c.get("status", ""))
+        if status in ("pass", "skip"):
+            continue
+        action = str(c.get("action") or "")
+        shadow = "~shadow" if c.get("shadow") else ""
+        parts.append(f"{c.get('check')}={status}{':' + action if action else ''}{shadow}")
+    return ",".join(sorted(parts))
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """What the store reads from one record (validated before anything is written)."""
+
+    node: str
+    tier: str
+    at: float
+    verdict: str
+    signature: str
+    counters: Mapping[str, Any]
+    events: Sequence[Mapping[str, Any]]
+    request: Mapping[str, Any] | None
+    text: str
+
+
+def _fields(record: Mapping[str, Any]) -> _Fields:
+    node = record.get("node")
+    if not isinstance(node, str) or not node:
+        raise InputError("record: node: must be a non-empty string")
+    where = f"record from {node}"
+    tier = record.get("tier")
+    if not isinstance(tier, str) or not tier:
+        raise InputError(f"{where}: tier: must be a non-empty string")
+    verdict = record.get("verdict")
+    if verdict not in VERDICTS:
+        raise InputError(f"{where}: verdict: must be one of {', '.join(VERDICTS)}, not {verdict!r}")
+    checks = record.get("checks") or []
+    if not isinstance(checks, list) or not all(isinstance(c, Mapping) for c in checks):
+        raise InputError(f"{where}: checks: must be a list of objects")
+    counters = record.get("counters") or {}
+    if not isinstance(counters, Mapping):
+        raise InputError(f"{where}: counters: must be an object")
+    events = record.get("events") or []
+    if not isinstance(events, list) or not all(isinstance(e, Mapping) for e in events):
+        raise InputError(f"{where}: events: must be a list of objects")
+    request = record.get("request")
+    if request is not None and not isinstance(request, Mapping):
+        raise InputError(f"{where}: request: must be an object or null")
+    return _Fields(
+        node=node,
+        tier=tier,
+        at=parse_time(record.get("started"), f"{where}: started"),
+        verdict=str(verdict),
+        signature=signature(checks),
+        counters=counters,
+        events=events,
+        request=request,
+        text=json.dumps(record, sort_keys=True, separators=(",", ":")),
+    )
+
+
+@dataclass(frozen=True)
+class LatestRow:
+    """The newest record of one node and tier."""
+
+    node: str
+    tier: str
+    at: float
+    received: float
+    verdict: str
+    signature: str
+    request: Mapping[str, Any] | None
+    record_json: str
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The whole record (parsed on demand: 12,500 of them are 50 MB of JSON)."""
+        return dict(json.loads(self.record_json))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view without the record."""
+        return {
+            "node": self.node,
+            "tier": self.tier,
+            "at": iso(self.at),
+            "received": iso(self.received),
+            "verdict": self.verdict,
+            "checks": self.signature,
+            "request": dict(self.request) if self.request else None,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event about one node."""
+
+    at: float
+    node: str
+    kind: str
+    check: str = ""
+    action: str = ""
+    code: int | None = None
+    gpu: int | None = None
+    source: str = ""
+    detail: str = ""
+    data: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {
+            "at": iso(self.at),
+            "node": self.node,
+            "kind": self.kind,
+            "check": self.check,
+            "action": self.action,
+            "code": self.code,
+            "gpu": self.gpu,
+            "source": self.source,
+            "detail": self.detail,
+            "data": dict(self.data or {}),
+        }
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a node's history: a verdict change (``kind`` ``verdict``) or an event."""
+
+    at: float
+    kind: str
+    tier: str = ""
+    verdict: str = ""
+    previous: str | None = None
+    checks: str = ""
+    event: Event | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        if self.event is not None:
+            return self.event.to_dict()
+        return {
+            "at": iso(self.at),
+            "kind": self.kind,
+            "tier": self.tier,
+            "verdict": self.verdict,
+            "previous": self.previous,
+            "checks": self.checks,
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A node's counters at one time."""
+
+    at: float
+    node: str
+    tier: str
+    verdict: str
+    counters: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long the store keeps what (days); latest rows stay while nodes report."""
+
+    snapshot_days: float = 30.0
+    history_days: float = 400.0
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What one :meth:`HistoryStore.ingest` wrote."""
+
+    records: int
+    changes: int
+    snapshots: int
+    events: int
+
+
+def _digest(counters: Mapping[str, Any]) -> str:
+    text = json.dumps(counters, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def _event_key(node: str, event: Mapping[str, Any]) -> str:
+    text = json.dumps([node, event], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class HistoryStore:
+    """The history database of one cluster; open with :meth:`open`.
+
+    Safe to share between threads (one connection behind a lock); other processes open their
+    own (SQLite's WAL lets readers run while the collector writes).
+    """
+
+    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+        self.path = path
+        self._db = db
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = True) -> HistoryStore:
+        """Open (or, with ``create``, make) the history database at ``path``.
+
+        Raises InputError naming the file when it is not a gpuforge history database (corrupt,
+        truncated, another program's file, a newer schema); such a file is never written to.
+        """
+        path = Path(path)
+        if not path.exists():
+            if not create:
+                raise InputError(f"{path}: no history database (has the collector run?)")
+            _create(path)
+        elif path.is_dir() or path.stat().st_size == 0:
+            raise InputError(_unreadable(path, "empty file" if path.is_file() else "a directory"))
+        try:
+            db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise InputError(_unreadable(path, str(exc))) from None
+        try:
+            _check(path, db)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed batch
+            db.executescript(_SCHEMA)  # newer tables of this version in an older file
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise InputError(_unreadable(path, " ".join(str(exc).split()))) from None
+        except InputError:
+            db.close()
+            raise
+        return cls(path, db)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``); for modules adding their own tables."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    # -- writing
+
+    def ingest(
+        self, records: Iterable[Mapping[str, Any]], *, received: float | None = None
+    ) -> IngestResult:
+        """Store ``records`` in one transaction (all are validated before anything is written).
+
+        A record older than the node's latest of the same tier (a spooled one sent late) adds
+        its events but neither replaces the latest row nor counts as a change.
+        """
+        parsed = [_fields(r) for r in records]
+        now = time.time() if received is None else received
+        changes = snaps = events = 0
+        with self.transaction() as db:
+            for f in parsed:
+                prev = db.execute(
+                    "SELECT at, verdict, signature FROM latest WHERE node = ? AND tier = ?",
+                    (f.node, f.tier),
+                ).fetchone()
+                events += self._store_events(db, f)
+                if prev is not None and f.at < prev[0]:
+                    continue
+                changed = prev is None or (prev[1], prev[2]) != (f.verdict, f.signature)
+                db.execute(
+                    "INSERT OR REPLACE INTO latest VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        f.node,
+                        f.tier,
+                        f.at,
+                        now,
+                        f.verdict,
+                        f.signature,
+                        json.dumps(f.request, sort_keys=True) if f.request else None,
+                        f.text,
+                    ),
+                )
+                if changed:
+                    changes += 1
+                    db.execute(
+                        "INSERT INTO verdicts (node, tier, at, verdict, previous, signature,"
+                        " record) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature,
+                         f.text),
+                    )  # fmt: skip
+                    if f.verdict == "fail" and (prev is None or prev[1] != "fail"):
+                        db.execute(
+                            "INSERT INTO events (at, node, kind, check_name, source, detail)"
+                            " VALUES (?, ?, 'failure', ?, 'health', ?)",
+                            (f.at, f.node, f.signature.split("=", 1)[0], f.signature),
+                        )
+                        events += 1
+                verdict_changed = changed and (prev is None or prev[1] != f.verdict)
+                snaps += self._snapshot(db, f, force=verdict_changed)
+        return IngestResult(len(parsed), changes, snaps, events)
+
+    @staticmethod
+    def _store_events(db: sqlite3.Connection, f: _Fields) -> int:
+        stored = 0
+        for e in f.events:
+            kind = str(e.get("event") or "event")
+            at = parse_time(e.get("time", f.at), f"record from {f.node}: events: time")
+            cur = db.execute(
+                "INSERT OR IGNORE INTO events (at, node, kind, check_name, action, code, gpu,"
+                " source, detail, data, key) VALUES (?, ?, ?, ?, ?, ?, ?, 'node', ?, ?, ?)",
+                (
+                    at,
+                    f.node,
+                    kind,
+                    str(e.get("check") or ""),
+                    str(e.get("action") or ""),
+                    _opt_int(e.get("code")),
+                    _opt_int(e.get("gpu")),
+                    str(e.get("detail") or ""),
+                    json.dumps(e, sort_keys=True, default=str),
+                    _event_key(f.node, e),
+                ),
+            )
+            stored += cur.rowcount
+        return stored
+
+    @staticmethod
+    def _snapshot(db: sqlite3.Connection, f: _Fields, *, force: bool) -> int:
+        if not f.counters:
+            return 0
+        digest = _digest(f.counters)
+        last = db.execute(
+            "SELECT at, digest FROM snapshots WHERE node = ? ORDER BY at DESC LIMIT 1", (f.node,)
+        ).fetchone()
+        due = last is None or (f.at - last[0] >= SNAPSHOT_INTERVAL_S and digest != last[1])
+        if not (due or force):
+            return 0
+        db.execute(
+            "INSERT INTO snapshots (node, at, tier, verdict, digest, counters)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                f.node,
+                f.at,
+                f.tier,
+                f.verdict,
+                digest,
+                json.dumps(f.counters, sort_keys=True, separators=(",", ":")),
+            ),
+        )
+        return 1
+
+    def add_event(
+        self,
+        node: str,
+        kind: str,
+        *,
+        at: float | None = None,
+        check: str = "",
+        action: str = "",
+        code: int | None = None,
+        gpu: int | None = None,
+        source: str = "",
+        detail: str = "",
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one event about ``node`` (``kind`` one of :data:`EVENT_KINDS`)."""
+        self.add_events([Event(at if at is not None else time.time(), node, kind, check, action,
+                               code, gpu, source, detail, data)])  # fmt: skip
+
+    def add_events(self, events: Iterable[Event]) -> None:
+        """Record several events in one transaction."""
+        rows = list(events)
+        for e in rows:
+            if e.kind not in EVENT_KINDS:
+                raise InputError(f"unknown event kind {e.kind!r} (one of {', '.join(EVENT_KINDS)})")
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO events (at, node, kind, check_name, action, code, gpu, source,"
+                " detail, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (e.at, e.node, e.kind, e.check, e.action, e.code, e.gpu, e.source, e.detail,
+                     json.dumps(dict(e.data or {}), sort_keys=True, default=str))
+                    for e in rows
+                ],
+            )  # fmt: skip
+
+    def prune(
+        self, retention: Retention | None = None, *, now: float | None = None
+    ) -> dict[str, int]:
+        """Delete what is older than ``retention`` allows; the number of rows per table."""
+        keep = retention or Retention()
+        t = time.time() if now is None else now
+        snap_cut = t - keep.snapshot_days * 86400
+        hist_cut = t - keep.history_days * 86400
+        with self.transaction() as db:
+            return {
+                "snapshots": db.execute("DELETE FROM snapshots WHERE at < ?", (snap_cut,)).rowcount,
+                "verdicts": db.execute("DELETE FROM verdicts WHERE at < ?", (hist_cut,)).rowcount,
+                "events": db.execute("DELETE FROM events WHERE at < ?", (hist_cut,)).rowcount,
+            }
+
+    # -- reading
+
+    def latest(self, tier: str | None = None) -> dict[str, LatestRow]:
+        """The newest record of every node (of ``tier``, else of any tier)."""
+        query = "SELECT node, tier, at, received, verdict, signature, request, record FROM latest"
+        args: tuple[str, ...] = ()
+        if tier is not None:
+            query += " WHERE tier = ?"
+            args = (tier,)
+        out: dict[str, LatestRow] = {}
+        with self._read() as db:
+            for r in db.execute(query + " ORDER BY node, at", args):
+                out[r[0]] = LatestRow(
+                    node=r[0],
+                    tier=r[1],
+                    at=r[2],
+                    received=r[3],
+                    verdict=r[4],
+                    signature=r[5],
+                    request=json.loads(r[6]) if r[6] else None,
+                    record_json=r[7],
+                )
+        return out
+
+    def node_history(
+        self, node: str, since: float | None = None, limit: int | None = None
+    ) -> list[HistoryEntry]:
+        """Verdict changes and events of ``node`` at or after ``since``, newest first."""
+        start = since if since is not None else 0.0
+        cap = limit if limit is not None else -1
+        with self._read() as db:
+            verdicts = db.execute(
+                "SELECT at, tier, verdict, previous, signature FROM verdicts"
+                " WHERE node = ? AND at >= ? ORDER BY at DESC LIMIT ?",
+                (node, start, cap),
+            ).fetchall()
+            events = db.execute(
+                _EVENT_SELECT + " WHERE node = ? AND at >= ? ORDER BY at DESC LIMIT ?",
+                (node, start, cap),
+            ).fetchall()
+        entries = [
+            HistoryEntry(at=r[0], kind="verdict", tier=r[1], verdict=r[2], previous=r[3],
+                         checks=r[4])
+            for r in verdicts
+        ] + [HistoryEntry(at=e.at, kind=e.kind, event=e) for e in map(_event, events)]  # fmt: skip
+        entries.sort(key=lambda h: h.at, reverse=True)
+        return entries[:limit] if limit is not None else entries
+
+    def events(
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        node: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Events, oldest first, filtered by kind, node and time."""
+        where = ["at >= ?"]
+        args: list[Any] = [since if since is not None else 0.0]
+        if until is not None:
+            where.append("at < ?")
+            args.append(until)
+        if node is not None:
+            where.append("node = ?")
+            args.append(node)
+        if kinds:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += list(kinds)
+        args.append(limit if limit is not None else -1)
+        with self._read() as db:
+            rows = db.execute(
+                _EVENT_SELECT + f" WHERE {' AND '.join(where)} ORDER BY at, id LIMIT ?", args
+            ).fetchall()
+        return [_event(r) for r in rows]
+
+    def counters(self, node: str, since: float | None = None) -> list[Snapshot]:
+        """The counter snapshots of ``node``, oldest first (a gap: nothing changed)."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT at, node, tier, verdict, counters FROM snapshots"
+                " WHERE node = ? AND at >= ? ORDER BY at",
+                (node, since if since is not None else 0.0),
+            ).fetchall()
+        return [Snapshot(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def changes(self, node: str, since: float | None = None) -> list[dict[str, Any]]:
+        """The full records that changed ``node``'s verdict, oldest first."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT record FROM verdicts WHERE node = ? AND at >= ? ORDER BY at",
+                (node, since if since is not None else 0.0),
+            ).fetchall()
+        return [dict(json.loads(r[0])) for r in rows]
+
+
+_EVENT_SELECT = (
+    "SELECT at, node, kind, check_name, action, code, gpu, source, detail, data FROM events"
+)
+
+
+def _event(r: Sequence[Any]) -> Event:
+    return Event(
+        at=r[0],
+        node=r[1],
+        kind=r[2],
+        check=r[3],
+        action=r[4],
+        code=r[5],
+        gpu=r[6],
+        source=r[7],
+        detail=r[8],
+        data=json.loads(r[9]) if r[9] else {},
+    )
+
+
+def _unreadable(path: Path, why: str) -> str:
+    return (
+        f"{path}: not a readable gpuforge history database ({why}); it was not changed: move it "
+        "aside (keep it for the record) and the collector starts a new one"
+    )
+
+
+def _check(path: Path, db: sqlite3.Connection) -> None:
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        raise InputError(_unreadable(path, "no gpuforge meta table: another program's file"))
+    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("app") != APP:
+        raise InputError(_unreadable(path, f"its meta table says app={meta.get('app')!r}"))
+    try:
+        version = int(meta.get("schema_version", ""))
+    except ValueError:
+        raise InputError(_unreadable(path, "no schema_version in its meta table")) from None
+    if version > SCHEMA_VERSION:
+        raise InputError(
+            f"{path}: history schema version {version} is newer than this gpuforge's "
+            f"({SCHEMA_VERSION}): upgrade gpuforge; the file was not changed"
+        )
+
+
+def _create(path: Path) -> None:
+    """Make a new database beside ``path`` and link it into place (never over another file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    tmp.unlink(missing_ok=True)
+    db = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
+        db.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [("app", APP), ("schema_version", str(SCHEMA_VERSION))],
+        )
+    finally:
+        db.close()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process made it first: theirs is used (and checked) like any other
+    finally:
+        tmp.unlink(missing_ok=True)
