@@ -1,0 +1,737 @@
+"""Drift: what a node is now against what its roles recorded it should be (issue 17).
+
+Every role writes the desired state it made the node into under ``/etc/gpuforge/expected/``
+(``roles/_common/tasks/expected_state.yml``: one ``<role>.json`` per role; the fabric roles'
+``fabric.json`` is read for its sysctls). :func:`compare` reads the node through a
+:class:`System` (one ``dpkg-query``, one ``lsmod``, one ``systemctl show``, file reads) and
+returns one :class:`DriftItem` per difference, naming the item, the desired and the actual value.
+
+Runs on the node with the standard library only (the node checker's zipapp); every command has a
+timeout, and a command that cannot run makes the comparison of that kind an error, never drift.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+#: Where the roles record the desired state.
+EXPECTED_DIR = Path("/etc/gpuforge/expected")
+#: The format ``expected_state.yml`` writes.
+EXPECTED_SCHEMA = "gpuforge.expected/1"
+#: The drift kinds, as in the record (docs/conformance.md).
+KINDS = ("package", "file", "sysctl", "module", "service", "limit", "slurm", "firmware")
+#: Seconds one probe command may take.
+PROBE_TIMEOUT = 10.0
+#: The name of the drift check in records, reasons and metrics.
+CHECK = "conformance.drift"
+#: Files bigger than this are not hashed (a rendered config file never is).
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+_LIMIT_LINE = re.compile(r"^\s*(\S+)\s+(soft|hard|-)\s+(\S+)\s+(\S+)\s*$")
+
+
+class ProbeError(RuntimeError):
+    """A probe could not read the node (command missing, hung, failed)."""
+
+
+@dataclass(frozen=True)
+class DriftItem:
+    """One difference between the desired and the actual state."""
+
+    kind: str
+    item: str
+    desired: str
+    actual: str
+    role: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """The record's ``drift`` entry (``role`` says which expected file asked for it)."""
+        out = {"kind": self.kind, "item": self.item, "desired": self.desired}
+        out["actual"] = self.actual
+        if self.role:
+            out["role"] = self.role
+        return out
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The desired state one role recorded."""
+
+    role: str
+    path: Path
+    packages: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    sysctls: Mapping[str, str] = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
+    services: Mapping[str, Mapping[str, bool]] = field(default_factory=dict)
+    limits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    slurm: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DriftReport:
+    """Every difference found, and every kind that could not be compared (with why)."""
+
+    items: list[DriftItem] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    compared: int = 0
+
+    def check(self) -> dict[str, Any]:
+        """The ``conformance.drift`` check in the record's format.
+
+        fail when anything drifted (action ``quarantine``: re-run the roles, re-validate); error
+        when nothing drifted but something could not be compared or nothing was recorded at all;
+        else pass.
+        """
+        kinds = sorted({i.kind for i in self.items})
+        if self.items:
+            status, action = "fail", "quarantine"
+            measured = f"{len(self.items)} item(s) drifted: " + ", ".join(
+                f"{k}={sum(1 for i in self.items if i.kind == k)}" for k in kinds
+            )
+        elif self.errors or not self.roles:
+            status, action = "error", ""
+            measured = "not compared"
+        else:
+            status, action = "pass", ""
+            measured = f"{self.compared} item(s) as recorded"
+        detail = "; ".join(self.errors) if self.errors else ""
+        if not self.roles:
+            detail = (detail + "; " if detail else "") + "no expected state recorded"
+        evidence = "\n".join(
+            f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
+        )
+        return {
+            "check": CHECK,
+            "status": status,
+            "action": action,
+            "measured": measured,
+            "expected": "as the roles recorded in " + str(EXPECTED_DIR),
+            "detail": detail,
+            "evidence": evidence[:2000],
+            "shadow": False,
+            "streak": 1,
+        }
+
+
+class System(Protocol):
+    """What :func:`compare` reads from the node; tests pass a fake."""
+
+    def packages(self, names: Sequence[str]) -> dict[str, str]:
+        """Installed version per package name (absent: not installed)."""
+
+    def file_digest(self, path: str) -> str | None:
+        """``sha256:<hex>`` of the file, or None when it does not exist."""
+
+    def sysctl(self, key: str) -> str | None:
+        """The live value (whitespace normalized), or None when the key does not exist."""
+
+    def modules(self) -> set[str]:
+        """Loaded kernel modules."""
+
+    def services(self, names: Sequence[str]) -> dict[str, tuple[bool, bool]]:
+        """``(enabled, active)`` per unit."""
+
+    def read_text(self, path: str) -> str | None:
+        """A small text file's contents, or None when it does not exist."""
+
+
+# -- loading the expected state ----------------------------------------------------------------
+
+
+class ExpectedError(ValueError):
+    """An expected-state file that cannot be read: names the file and the field."""
+
+
+def _str_map(path: Path, key: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ExpectedError(f"{path}: {key}: must be a mapping")
+    return {str(k): _scalar(v) for k, v in value.items()}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return " ".join(str(value).split())
+
+
+def parse_expected(path: Path, data: Any) -> Expected:
+    """One expected file's content as :class:`Expected`; ExpectedError naming the field."""
+    if not isinstance(data, dict):
+        raise ExpectedError(f"{path}: not a JSON object")
+    if data.get("schema") == EXPECTED_SCHEMA:
+        role = data.get("role")
+        if not isinstance(role, str) or not role:
+            raise ExpectedError(f"{path}: role: must be a non-empty string")
+        services: dict[str, dict[str, bool]] = {}
+        raw_services = data.get("services") or {}
+        if not isinstance(raw_services, dict):
+            raise ExpectedError(f"{path}: services: must be a mapping")
+        for name, want in raw_services.items():
+            if not isinstance(want, dict) or not all(
+                isinstance(want.get(k, True), bool) for k in ("enabled", "active")
+            ):
+                raise ExpectedError(
+                    f"{path}: services.{name}: must be {{enabled, active}} booleans"
+                )
+            services[str(name)] = {k: bool(want[k]) for k in ("enabled", "active") if k in want}
+        modules = data.get("modules") or []
+        if not isinstance(modules, list):
+            raise ExpectedError(f"{path}: modules: must be a list")
+        limits_raw = data.get("limits") or {}
+        if not isinstance(limits_raw, dict) or not all(
+            isinstance(v, list) for v in limits_raw.values()
+        ):
+            raise ExpectedError(f"{path}: limits: must map a file to a list of lines")
+        limits = {str(k): tuple(_limit_key(str(line)) for line in v) for k, v in limits_raw.items()}
+        files = _str_map(path, "files", data.get("files"))
+        for name, digest in files.items():
+            if not digest.startswith("sha256:"):
+                raise ExpectedError(f"{path}: files.{name}: must be sha256:<hex>")
+        return Expected(
+            role=role,
+            path=path,
+            packages=_str_map(path, "packages", data.get("packages")),
+            files=files,
+            sysctls=_str_map(path, "sysctls", data.get("sysctls")),
+            modules=tuple(str(m) for m in modules),
+            services=services,
+            limits=limits,
+            slurm=_str_map(path, "slurm", data.get("slurm")),
+        )
+    if data.get("schema") == 1 and data.get("kind") in {"infiniband", "roce"}:
+        # The fabric roles' own file: its sysctls are desired state too.
+        return Expected(
+            role=str(data["kind"]),
+            path=path,
+            sysctls=_str_map(path, "sysctls", data.get("sysctls")),
+        )
+    raise ExpectedError(f"{path}: schema: unknown {data.get('schema')!r}")
+
+
+def _limit_key(line: str) -> str:
+    match = _LIMIT_LINE.match(line)
+    if match is None:
+        raise ExpectedError(f"limits: {line!r} is not '<domain> <type> <item> <value>'")
+    return " ".join(match.groups())
+
+
+def load_expected(directory: Path = EXPECTED_DIR) -> tuple[list[Expected], list[str]]:
+    """Every readable expected file under ``directory``, and one error line per unreadable one."""
+    found: list[Expected] = []
+    errors: list[str] = []
+    try:
+        paths = sorted(directory.glob("*.json"))
+    except OSError as exc:
+        return [], [f"{directory}: {exc.strerror or exc}"]
+    for path in paths:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            found.append(parse_expected(path, data))
+        except (OSError, ValueError) as exc:  # ExpectedError is a ValueError
+            errors.append(str(exc) if isinstance(exc, ExpectedError) else f"{path}: {exc}")
+    return found, errors
+
+
+# -- comparing ---------------------------------------------------------------------------------
+
+
+def _guard(report: DriftReport, kind: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except ProbeError as exc:
+        report.errors.append(f"{kind}: {exc}")
+        return None
+
+
+def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noqa: PLR0912
+    """Every difference between ``expected`` and what ``system`` reads from the node."""
+    report = DriftReport()
+    todo = list(expected)
+    report.roles = [e.role for e in todo]
+
+    packages = {p: (e.role, v) for e in todo for p, v in e.packages.items()}
+    if packages:
+        have = _guard(report, "package", system.packages, sorted(packages))
+        if have is not None:
+            for name, (role, want) in sorted(packages.items()):
+                report.compared += 1
+                got = have.get(name)
+                if got != want:
+                    report.items.append(
+                        DriftItem("package", name, want, got or "not installed", role)
+                    )
+
+    for e in todo:
+        for path, want in sorted(e.files.items()):
+            report.compared += 1
+            try:
+                got = system.file_digest(path)
+            except ProbeError as exc:
+                report.errors.append(f"file: {exc}")
+                continue
+            if got != want:
+                report.items.append(DriftItem("file", path, want, got or "missing", e.role))
+        for key, want in sorted(e.sysctls.items()):
+            report.compared += 1
+            got = _guard(report, "sysctl", system.sysctl, key)
+            if got != want:
+                report.items.append(DriftItem("sysctl", key, want, got or "absent", e.role))
+
+    wanted_modules = {m: e.role for e in todo for m in e.modules}
+    if wanted_modules:
+        loaded = _guard(report, "module", system.modules)
+        if loaded is not None:
+            for name, role in sorted(wanted_modules.items()):
+                report.compared += 1
+                if name not in loaded:
+                    report.items.append(DriftItem("module", name, "loaded", "not loaded", role))
+
+    units = {u: (e.role, w) for e in todo for u, w in e.services.items()}
+    if units:
+        states = _guard(report, "service", system.services, sorted(units))
+        if states is not None:
+            for unit, (role, flags) in sorted(units.items()):
+                report.compared += 1
+                enabled, active = states.get(unit, (False, False))
+                for word, is_now in (("enabled", enabled), ("active", active)):
+                    if word in flags and flags[word] != is_now:
+                        desired = word if flags[word] else f"not {word}"
+                        actual = word if is_now else f"not {word}"
+                        report.items.append(DriftItem("service", unit, desired, actual, role))
+
+    for e in todo:
+        for path, lines in sorted(e.limits.items()):
+            report.compared += 1
+            text = system.read_text(path)
+            have_lines = set(_limit_lines(text or ""))
+            for line in lines:
+                if line not in have_lines:
+                    report.items.append(
+                        DriftItem("limit", f"{path}: {line}", line, "missing", e.role)
+                    )
+        if e.slurm:
+            report.items += _slurm_drift(e, system)
+            report.compared += len(e.slurm) - 1
+    return report
+
+
+def _limit_lines(text: str) -> Iterable[str]:
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0]
+        match = _LIMIT_LINE.match(line)
+        if match:
+            yield " ".join(match.groups())
+
+
+def _slurm_drift(e: Expected, system: System) -> list[DriftItem]:
+    """The node's line in the Slurm node file against the settings the slurm role recorded.
+
+    ``slurm`` holds ``conf`` (the file with the NodeName lines), ``node`` (this node's name) and
+    the settings (``Gres``, ``Features``, ``Weight``...).
+    """
+    conf = e.slurm.get("conf", "")
+    node = e.slurm.get("node", "")
+    wanted = {k: v for k, v in e.slurm.items() if k not in {"conf", "node"}}
+    text = system.read_text(conf) if conf else None
+    if text is None:
+        return [DriftItem("slurm", f"{conf or '(no file)'}", "present", "missing", e.role)]
+    have: dict[str, str] | None = None
+    for raw in text.splitlines():
+        fields = dict(part.split("=", 1) for part in raw.split("#", 1)[0].split() if "=" in part)
+        names = fields.get("NodeName", "")
+        if node and node in _expand(names):
+            have = fields
+            break
+    if have is None:
+        return [DriftItem("slurm", f"NodeName={node}", "defined", f"not in {conf}", e.role)]
+    return [
+        DriftItem("slurm", f"{node}.{key}", want, have.get(key, "unset"), e.role)
+        for key, want in sorted(wanted.items())
+        if have.get(key, "unset") != want
+    ]
+
+
+def _expand(names: str) -> set[str]:
+    """Node names of a Slurm expression ``gpu[01-04,07],cpu1`` (the node has no hostlist)."""
+    out: set[str] = set()
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", names):
+        match = re.fullmatch(r"(?P<head>[^\[]*)\[(?P<body>[^\]]*)\](?P<tail>.*)", part)
+        if match is None:
+            out.add(part)
+            continue
+        for rng in match.group("body").split(","):
+            lo, _, hi = rng.partition("-")
+            if not hi:
+                out.add(match.group("head") + lo + match.group("tail"))
+                continue
+            width = len(lo)
+            for n in range(int(lo), int(hi) + 1):
+                out.add(f"{match.group('head')}{n:0{width}d}{match.group('tail')}")
+    return out
+
+
+# -- the live node ------------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], *, ok: Sequence[int] = (0,)) -> str:
+    try:
+        proc = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+    except FileNotFoundError:
+        raise ProbeError(f"{argv[0]}: not installed") from None
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"{argv[0]}: no answer in {PROBE_TIMEOUT:.0f}s") from None
+    if proc.returncode not in ok:
+        raise ProbeError(f"{argv[0]} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+@dataclass
+class LiveSystem:
+    """The node itself: dpkg (or rpm), lsmod, systemctl, /proc/sys, files."""
+
+    root: Path = Path("/")
+
+    def packages(self, names: Sequence[str]) -> dict[str, str]:
+        """Versions from ``dpkg-query`` (``rpm -q`` where there is no dpkg)."""
+        if Path("/usr/bin/dpkg-query").exists() or not Path("/usr/bin/rpm").exists():
+            out = _run(
+                ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names],
+                ok=(0, 1),  # 1: some name is not installed
+            )
+            return {
+                parts[0]: parts[1]
+                for parts in (line.split("\t") for line in out.splitlines())
+                if len(parts) == 3 and parts[2].startswith("ii") and parts[1]
+            }
+        out = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", *names], ok=(0, 1))
+        return {p[0]: p[1] for p in (line.split("\t") for line in out.splitlines()) if len(p) == 2}
+
+    def file_digest(self, path: str) -> str | None:
+        """sha256 of the file, read in 1 MiB blocks."""
+        target = self.root / path.lstrip("/")
+        digest = hashlib.sha256()
+        try:
+            if target.stat().st_size > MAX_FILE_BYTES:
+                return "too large to hash"
+            with target.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ProbeError(f"{path}: {exc.strerror or exc}") from None
+        return "sha256:" + digest.hexdigest()
+
+    def sysctl(self, key: str) -> str | None:
+        """``/proc/sys/<key with dots as slashes>``."""
+        target = self.root / "proc/sys" / key.replace(".", "/")
+        try:
+            return " ".join(target.read_text(encoding="utf-8").split())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ProbeError(f"{key}: {exc.strerror or exc}") from None
+
+    def modules(self) -> set[str]:
+        """Names in ``lsmod`` (what the validators read too)."""
+        out = _run(["lsmod"])
+        return {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
+
+    def services(self, names: Sequence[str]) -> dict[str, tuple[bool, bool]]:
+        """One ``systemctl show`` for every unit."""
+        units = [n if "." in n else f"{n}.service" for n in names]
+        out = _run(["systemctl", "show", "--property=Id,UnitFileState,ActiveState", *units])
+        found: dict[str, tuple[bool, bool]] = {}
+        for block in out.strip().split("\n\n"):
+            props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            unit = props.get("Id", "")
+            name = unit.removesuffix(".service")
+            found[name if name in names else unit] = (
+                props.get("UnitFileState") in {"enabled", "enabled-runtime", "static", "alias"},
+                props.get("ActiveState") in {"active", "reloading"},
+            )
+        return found
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text (at most 1 MiB), None when missing."""
+        try:
+            with (self.root / path.lstrip("/")).open(encoding="utf-8", errors="replace") as fh:
+                return fh.read(1 << 20)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ProbeError(f"{path}: {exc.strerror or exc}") from None
+
+
+def firmware(sysfs_root: Path = Path("/sys")) -> dict[str, str]:
+    """Firmware versions the node reports: VBIOS per GPU model, HCA firmware per device.
+
+    Compared on the controller across nodes of the same type (the odd one out is drift), since a
+    node alone cannot know which firmware is right. Missing tools give no entries, never drift.
+    """
+    out: dict[str, str] = {}
+    try:
+        text = _run(["nvidia-smi", "--query-gpu=index,vbios_version", "--format=csv,noheader"])
+        vbios = sorted({line.split(",", 1)[1].strip() for line in text.splitlines() if "," in line})
+        if vbios:
+            out["vbios"] = "|".join(vbios)
+    except ProbeError:
+        pass
+    try:
+        devices = sorted((sysfs_root / "class/infiniband").iterdir())
+    except OSError:
+        devices = []
+    for dev in devices:
+        try:
+            out[f"hca/{dev.name}"] = (dev / "fw_ver").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+    return out
+
+
+def run(directory: Path = EXPECTED_DIR, system: System | None = None) -> DriftReport:
+    """Load the expected state under ``directory`` and compare it with the node."""
+    expected, errors = load_expected(directory)
+    report = compare(expected, system or LiveSystem())
+    report.errors[:0] = errors
+    if errors and not report.roles:
+        report.roles = []
+    return report
+
+
+# -- the conformance task (one task of the nightly job array) ---------------------------------
+
+#: Levels of ``gpuforge-node conformance``; ``burnin`` adds DCGM level 2 on the node.
+LEVELS = ("passive", "quick", "burnin")
+#: Seconds ``dcgmi diag -r 2`` may take (the job array's per-task limit is above it).
+DCGM_R2_TIMEOUT = 900.0
+#: The record format (docs/health.md, gpuforge.node.record).
+RECORD_SCHEMA = "gpuforge.record/1"
+_RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 3}
+
+
+def dcgm_level2() -> dict[str, Any]:
+    """``dcgmi diag -r 2 -j`` on this node, as a ``gpu.dcgm_diag`` check in the record format."""
+    from gpuforge.validate.parsers import dcgmi  # noqa: PLC0415 - only the burnin level needs it
+
+    check: dict[str, Any] = {"check": "gpu.dcgm_diag", "expected": "every test Pass or Skip"}
+    try:
+        text = _run(["dcgmi", "diag", "-r", "2", "-j"], ok=(0, 1, 2, 226))
+    except ProbeError as exc:
+        return {**check, "status": "error", "measured": "not run", "detail": str(exc)}
+    try:
+        diag = dcgmi.parse(text)
+    except Exception as exc:  # any unreadable output is inconclusive, never a failure
+        return {**check, "status": "error", "measured": "unreadable", "detail": str(exc)[:500]}
+    failed = [t.name for t in diag.failed]
+    if not diag.completed:
+        return {
+            **check,
+            "status": "error",
+            "measured": "did not complete",
+            "detail": "; ".join(diag.errors)[:500],
+            "evidence": text[-2000:],
+        }
+    if failed:
+        return {
+            **check,
+            "status": "fail",
+            "action": "inspect",
+            "measured": "failed: " + ", ".join(failed),
+            "evidence": text[-2000:],
+        }
+    return {**check, "status": "pass", "measured": f"{len(diag.tests)} test(s) passed"}
+
+
+def conformance_record(
+    node: str,
+    level: str,
+    *,
+    started: str,
+    duration_s: float,
+    passive: Sequence[Mapping[str, Any]] = (),
+    report: DriftReport,
+    firmware_versions: Mapping[str, str],
+    job_id: str | None = None,
+    extra: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
+
+    ``passive``: the passive tier's checks (the node checker's), ``extra``: the level's own
+    (``gpu.dcgm_diag`` at burnin). Firmware goes in ``conformance.firmware`` (pass, the versions
+    as ``measured``) for the controller's comparison across the node type.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
+    checks = [dict(c) for c in passive]
+    checks.append(report.check())
+    checks += [dict(c) for c in extra]
+    checks.append(
+        {
+            "check": "conformance.firmware",
+            "status": "pass" if firmware_versions else "skip",
+            "measured": json.dumps(dict(sorted(firmware_versions.items()))),
+            "expected": "same as the other nodes of the type",
+            "shadow": True,  # judged on the controller, never by itself
+        }
+    )
+    judged = [c for c in checks if not c.get("shadow")]
+    worst = max(
+        (str(c.get("status", "error")) for c in judged), key=_RANK.__getitem__, default="pass"
+    )
+    verdict = "pass" if worst == "skip" else worst
+    return {
+        "schema": RECORD_SCHEMA,
+        "node": node,
+        "tier": "conformance",
+        "level": level,
+        "started": started,
+        "duration_s": round(duration_s, 3),
+        "job_id": job_id,
+        "config_digest": None,
+        "verdict": verdict,
+        "checks": checks,
+        "counters": {},
+        "events": [],
+        "drift": [i.to_dict() for i in report.items],
+        "request": None,
+    }
+
+
+#: Where the node keeps its last records and its undelivered ones (DAY2.md, "Paths on a node").
+STATE_DIR = Path("/var/lib/gpuforge/health")
+#: Debian's node_exporter textfile directory.
+TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
+_STATUS_CODE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def metrics_text(record: Mapping[str, Any], now: float) -> str:
+    """``gpuforge_conformance_*`` textfile metrics of one record (DAY2.md's names)."""
+    counts = dict.fromkeys(KINDS, 0)
+    for item in record.get("drift", []):
+        counts[str(item.get("kind"))] = counts.get(str(item.get("kind")), 0) + 1
+    lines = [
+        "# HELP gpuforge_conformance_drift_items Drifted items per kind, last conformance run.",
+        "# TYPE gpuforge_conformance_drift_items gauge",
+        *(f'gpuforge_conformance_drift_items{{kind="{k}"}} {v}' for k, v in sorted(counts.items())),
+        "# HELP gpuforge_conformance_last_run_timestamp_seconds End of the last conformance run.",
+        "# TYPE gpuforge_conformance_last_run_timestamp_seconds gauge",
+        f"gpuforge_conformance_last_run_timestamp_seconds {now:.0f}",
+        "# HELP gpuforge_conformance_status Verdict: 0 pass, 1 warn, 2 fail, 3 error.",
+        "# TYPE gpuforge_conformance_status gauge",
+        f"gpuforge_conformance_status {_STATUS_CODE.get(str(record.get('verdict')), 3)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def deliver(record: Mapping[str, Any], url: str, timeout: float, spool: Path) -> str:
+    """POST ``record`` to the collector; on any failure keep it in ``spool``. Returns the outcome.
+
+    The spool is what the node checker sends with its next run (nothing lost); the task never
+    waits on the network longer than ``timeout``.
+    """
+    import urllib.error  # noqa: PLC0415 - only the task that delivers needs it
+    import urllib.request  # noqa: PLC0415
+
+    body = json.dumps(record, sort_keys=True).encode()
+    request = urllib.request.Request(  # noqa: S310 - the collector URL comes from health.yaml
+        url.rstrip("/") + "/v1/records",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
+            return f"delivered ({answer.status})"
+    except (OSError, urllib.error.URLError) as exc:
+        name = f"conformance-{record['node']}-{record['started'].replace(':', '')}.json"
+        _atomic_write(spool / name, body.decode())
+        return f"kept in {spool / name}: {exc}"
+
+
+def main(
+    argv: Sequence[str],
+    *,
+    passive: Any = None,
+    config: Mapping[str, Any] | None = None,
+) -> int:
+    """``gpuforge-node conformance --level L``: checks, drift, one record, delivered.
+
+    ``passive`` is the node checker's passive tier (a callable returning the record's check
+    dicts) and ``config`` the loaded health.yaml; the node CLI passes both. Exit 0 when the
+    record was written (whatever its verdict: the controller judges), 2 on bad usage.
+    """
+    import argparse  # noqa: PLC0415
+    import datetime as dt  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="gpuforge-node conformance")
+    parser.add_argument("--level", choices=LEVELS, default="quick")
+    parser.add_argument("--expected-dir", type=Path, default=EXPECTED_DIR)
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
+    parser.add_argument("--no-send", action="store_true", help="print the record only")
+    args = parser.parse_args(list(argv))
+    cfg = dict(config or {})
+    node = str(cfg.get("node") or socket.gethostname().split(".")[0])
+    start = time.monotonic()
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    passive_checks = list(passive()) if passive is not None else []
+    report = run(args.expected_dir)
+    extra = [dcgm_level2()] if args.level == "burnin" else []
+    record = conformance_record(
+        node,
+        args.level,
+        started=started,
+        duration_s=time.monotonic() - start,
+        passive=passive_checks,
+        report=report,
+        firmware_versions=firmware(Path(str(cfg.get("sysfs_root") or "/sys"))),
+        job_id=os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+        extra=extra,
+    )
+    text = json.dumps(record, sort_keys=True)
+    _atomic_write(args.state_dir / "last-conformance.json", text + "\n")
+    # No node_exporter directory: metrics are optional, the record is not.
+    with contextlib.suppress(OSError):
+        _atomic_write(TEXTFILE_DIR / "gpuforge_conformance.prom", metrics_text(record, time.time()))
+    collector = cfg.get("collector") or {}
+    url = str(collector.get("url") or "") if isinstance(collector, dict) else ""
+    outcome = "not sent"
+    if url and not args.no_send:
+        outcome = deliver(
+            record, url, float(collector.get("timeout_s", 2)), args.state_dir / "spool"
+        )
+    sys.stdout.write(text + "\n")
+    sys.stderr.write(
+        f"{node}: conformance {record['verdict']}, {len(report.items)} drift item(s), {outcome}\n"
+    )
+    return 0

@@ -1,0 +1,249 @@
+"""Drift: the node against what its roles recorded (issue 17 item 1)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpuforge.node import drift
+
+NCCL_CONF = "NCCL_IB_HCA=mlx5_0,mlx5_1\n"
+
+
+def _sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class FakeNode:
+    """A node as the probes read it; every field starts as the roles left it."""
+
+    pkgs: dict[str, str] = field(
+        default_factory=lambda: {
+            "libnccl2": "2.21.5-1+cuda12.4",
+            "datacenter-gpu-manager": "1:3.3.6",
+        }
+    )
+    files: dict[str, str] = field(default_factory=lambda: {"/etc/nccl.conf": NCCL_CONF})
+    sysctl_values: dict[str, str] = field(
+        default_factory=lambda: {"net.core.rmem_max": "268435456"}
+    )
+    loaded: set[str] = field(default_factory=lambda: {"nvidia", "nvidia_uvm", "nvidia_peermem"})
+    units: dict[str, tuple[bool, bool]] = field(
+        default_factory=lambda: {"nvidia-dcgm": (True, True), "slurmd": (True, True)}
+    )
+    broken: set[str] = field(default_factory=set)
+
+    def packages(self, names: Sequence[str]) -> dict[str, str]:
+        if "package" in self.broken:
+            raise drift.ProbeError("dpkg-query: not installed")
+        return {n: v for n, v in self.pkgs.items() if n in names}
+
+    def file_digest(self, path: str) -> str | None:
+        text = self.files.get(path)
+        return None if text is None else _sha(text)
+
+    def sysctl(self, key: str) -> str | None:
+        return self.sysctl_values.get(key)
+
+    def modules(self) -> set[str]:
+        if "module" in self.broken:
+            raise drift.ProbeError("lsmod: no answer in 10s")
+        return set(self.loaded)
+
+    def services(self, names: Sequence[str]) -> dict[str, tuple[bool, bool]]:
+        return {n: self.units[n] for n in names if n in self.units}
+
+    def read_text(self, path: str) -> str | None:
+        return self.files.get(path)
+
+
+def _write(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "nccl.json").write_text(
+        json.dumps(
+            {
+                "schema": drift.EXPECTED_SCHEMA,
+                "role": "nccl",
+                "packages": {"libnccl2": "2.21.5-1+cuda12.4"},
+                "files": {"/etc/nccl.conf": _sha(NCCL_CONF)},
+            }
+        )
+    )
+    (directory / "dcgm.json").write_text(
+        json.dumps(
+            {
+                "schema": drift.EXPECTED_SCHEMA,
+                "role": "dcgm",
+                "packages": {"datacenter-gpu-manager": "1:3.3.6"},
+                "services": {"nvidia-dcgm": {"enabled": True, "active": True}},
+                "modules": ["nvidia", "nvidia_peermem"],
+                "limits": {"/etc/security/limits.d/90-gpuforge.conf": ["* hard memlock unlimited"]},
+            }
+        )
+    )
+    (directory / "fabric.json").write_text(
+        json.dumps({"schema": 1, "kind": "infiniband", "sysctls": {"net.core.rmem_max": 268435456}})
+    )
+
+
+@pytest.fixture
+def node() -> FakeNode:
+    fake = FakeNode()
+    fake.files["/etc/security/limits.d/90-gpuforge.conf"] = "*  hard  memlock  unlimited\n"
+    return fake
+
+
+def test_a_node_as_recorded_has_no_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    report = drift.run(tmp_path, node)
+    assert report.items == []
+    assert report.errors == []
+    assert report.compared == 8
+    assert report.check()["status"] == "pass"
+
+
+def test_every_injected_drift_is_named_with_desired_and_actual(
+    tmp_path: Path, node: FakeNode
+) -> None:
+    _write(tmp_path)
+    node.pkgs["libnccl2"] = "2.25.1-1+cuda12.8"  # the simulator's wrong_nccl
+    node.files["/etc/nccl.conf"] = NCCL_CONF + "NCCL_DEBUG=INFO\n"  # an edited rendered file
+    node.sysctl_values["net.core.rmem_max"] = "212992"
+    node.units["nvidia-dcgm"] = (True, False)  # stopped
+    node.loaded.discard("nvidia_peermem")
+    report = drift.run(tmp_path, node)
+    got = {(i.kind, i.item, i.desired, i.actual) for i in report.items}
+    assert got == {
+        ("package", "libnccl2", "2.21.5-1+cuda12.4", "2.25.1-1+cuda12.8"),
+        ("file", "/etc/nccl.conf", _sha(NCCL_CONF), _sha(NCCL_CONF + "NCCL_DEBUG=INFO\n")),
+        ("sysctl", "net.core.rmem_max", "268435456", "212992"),
+        ("service", "nvidia-dcgm", "active", "not active"),
+        ("module", "nvidia_peermem", "loaded", "not loaded"),
+    }
+    check = report.check()
+    assert check["status"] == "fail"
+    assert check["action"] == "quarantine"
+    assert "package=1" in check["measured"]
+
+
+def test_a_missing_file_and_a_removed_limit_line_are_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    del node.files["/etc/nccl.conf"]
+    node.files["/etc/security/limits.d/90-gpuforge.conf"] = "# emptied\n"
+    got = {(i.kind, i.actual) for i in drift.run(tmp_path, node).items}
+    assert got == {("file", "missing"), ("limit", "missing")}
+
+
+def test_a_probe_that_cannot_run_is_an_error_not_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    node.broken = {"module", "package"}
+    report = drift.run(tmp_path, node)
+    assert report.items == []
+    assert any("lsmod" in e for e in report.errors)
+    assert report.check()["status"] == "error"
+
+
+def test_a_corrupt_expected_file_is_an_error_naming_it(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "bad.json").write_text(
+        json.dumps({"schema": drift.EXPECTED_SCHEMA, "role": "x", "files": {"/a": "md5:1"}})
+    )
+    report = drift.run(tmp_path, node)
+    assert any("broken.json" in e for e in report.errors)
+    assert any("bad.json: files./a: must be sha256:<hex>" in e for e in report.errors)
+    assert report.items == []  # the readable files were still compared
+
+
+def test_nothing_recorded_is_an_error_never_a_pass(tmp_path: Path, node: FakeNode) -> None:
+    assert drift.run(tmp_path / "absent", node).check()["status"] == "error"
+
+
+def test_slurm_node_settings_are_compared_with_the_node_line(tmp_path: Path) -> None:
+    fake = FakeNode()
+    fake.files["/etc/slurm/nodes.conf"] = (
+        "NodeName=gpu[01-02,04] Gres=gpu:8 Features=h100,ib Weight=10\n"
+    )
+    (tmp_path / "slurm.json").write_text(
+        json.dumps(
+            {
+                "schema": drift.EXPECTED_SCHEMA,
+                "role": "slurm",
+                "slurm": {
+                    "conf": "/etc/slurm/nodes.conf",
+                    "node": "gpu04",
+                    "Gres": "gpu:8",
+                    "Weight": "1",
+                },
+            }
+        )
+    )
+    items = drift.run(tmp_path, fake).items
+    assert [(i.kind, i.item, i.desired, i.actual) for i in items] == [
+        ("slurm", "gpu04.Weight", "1", "10")
+    ]
+
+
+def test_the_record_carries_the_drift_and_a_fail_verdict(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    node.loaded.discard("nvidia")
+    record = drift.conformance_record(
+        "gpu01",
+        "quick",
+        started="2026-11-30T19:20:00Z",
+        duration_s=1.2,
+        report=drift.run(tmp_path, node),
+        firmware_versions={"vbios": "96.00.89.00.01"},
+    )
+    assert record["tier"] == "conformance"
+    assert record["verdict"] == "fail"
+    assert record["drift"] == [
+        {
+            "kind": "module",
+            "item": "nvidia",
+            "desired": "loaded",
+            "actual": "not loaded",
+            "role": "dcgm",
+        }
+    ]
+    firmware = next(c for c in record["checks"] if c["check"] == "conformance.firmware")
+    assert json.loads(firmware["measured"]) == {"vbios": "96.00.89.00.01"}
+
+
+def test_metrics_use_the_day2_names(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    node.loaded.discard("nvidia")
+    record = drift.conformance_record(
+        "gpu01",
+        "quick",
+        started="t",
+        duration_s=1,
+        report=drift.run(tmp_path, node),
+        firmware_versions={},
+    )
+    text = drift.metrics_text(record, 1000.0)
+    assert 'gpuforge_conformance_drift_items{kind="module"} 1' in text
+    assert "gpuforge_conformance_status 2" in text
+    assert "gpuforge_conformance_last_run_timestamp_seconds 1000" in text
+
+
+def test_live_system_reads_files_and_sysctls_under_a_root(tmp_path: Path) -> None:
+    (tmp_path / "proc/sys/net/core").mkdir(parents=True)
+    (tmp_path / "proc/sys/net/core/rmem_max").write_text("212992\n")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/nccl.conf").write_text(NCCL_CONF)
+    live = drift.LiveSystem(tmp_path)
+    assert live.sysctl("net.core.rmem_max") == "212992"
+    assert live.sysctl("net.core.absent") is None
+    assert live.file_digest("/etc/nccl.conf") == _sha(NCCL_CONF)
+    assert live.file_digest("/etc/absent") is None
+
+
+def test_slurm_hostlist_expansion_keeps_zero_padding() -> None:
+    assert drift._expand("gpu[01-03,07],cpu1") == {"gpu01", "gpu02", "gpu03", "gpu07", "cpu1"}
