@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpuforge.node import record
+
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
 #: The format ``expected_state.yml`` writes.
@@ -100,10 +102,10 @@ class DriftReport:
                 f"{k}={sum(1 for i in self.items if i.kind == k)}" for k in kinds
             )
         elif self.errors or not self.roles:
-            status, action = "error", ""
+            status, action = "error", None
             measured = "not compared"
         else:
-            status, action = "pass", ""
+            status, action = "pass", None
             measured = f"{self.compared} item(s) as recorded"
         detail = "; ".join(self.errors) if self.errors else ""
         if not self.roles:
@@ -525,9 +527,6 @@ def run(directory: Path = EXPECTED_DIR, system: System | None = None) -> DriftRe
 LEVELS = ("passive", "quick", "burnin")
 #: Seconds ``dcgmi diag -r 2`` may take (the job array's per-task limit is above it).
 DCGM_R2_TIMEOUT = 900.0
-#: The record format (docs/health.md, gpuforge.node.record).
-RECORD_SCHEMA = "gpuforge.record/1"
-_RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 3}
 
 
 def dcgm_level2() -> dict[str, Any]:
@@ -563,6 +562,20 @@ def dcgm_level2() -> dict[str, Any]:
     return {**check, "status": "pass", "measured": f"{len(diag.tests)} test(s) passed"}
 
 
+def _check_record(raw: Mapping[str, Any]) -> record.CheckRecord:
+    return record.CheckRecord(
+        check=str(raw["check"]),
+        status=str(raw.get("status", "error")),
+        action=str(raw["action"]) if raw.get("action") else None,
+        measured=raw.get("measured"),
+        expected=raw.get("expected"),
+        detail=record.clip(str(raw.get("detail") or "")),
+        evidence=record.clip(str(raw.get("evidence") or "")),
+        shadow=bool(raw.get("shadow", False)),
+        streak=int(raw.get("streak", 1)),
+    )
+
+
 def conformance_record(
     node: str,
     level: str,
@@ -578,44 +591,33 @@ def conformance_record(
     """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
 
     ``passive``: the passive tier's checks (the node checker's), ``extra``: the level's own
-    (``gpu.dcgm_diag`` at burnin). Firmware goes in ``conformance.firmware`` (pass, the versions
-    as ``measured``) for the controller's comparison across the node type.
+    (``gpu.dcgm_diag`` at burnin). Firmware goes in ``conformance.firmware`` (shadow: judged on
+    the controller, across the node type), with the versions as ``measured``.
     """
     if level not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
-    checks = [dict(c) for c in passive]
-    checks.append(report.check())
-    checks += [dict(c) for c in extra]
-    checks.append(
+    raw = [*passive, report.check(), *extra]
+    raw.append(
         {
             "check": "conformance.firmware",
             "status": "pass" if firmware_versions else "skip",
             "measured": json.dumps(dict(sorted(firmware_versions.items()))),
             "expected": "same as the other nodes of the type",
-            "shadow": True,  # judged on the controller, never by itself
+            "shadow": True,
         }
     )
-    judged = [c for c in checks if not c.get("shadow")]
-    worst = max(
-        (str(c.get("status", "error")) for c in judged), key=_RANK.__getitem__, default="pass"
-    )
-    verdict = "pass" if worst == "skip" else worst
-    return {
-        "schema": RECORD_SCHEMA,
-        "node": node,
-        "tier": "conformance",
-        "level": level,
-        "started": started,
-        "duration_s": round(duration_s, 3),
-        "job_id": job_id,
-        "config_digest": None,
-        "verdict": verdict,
-        "checks": checks,
-        "counters": {},
-        "events": [],
-        "drift": [i.to_dict() for i in report.items],
-        "request": None,
-    }
+    checks = tuple(_check_record(c) for c in raw)
+    return record.Record(
+        node=node,
+        tier="conformance",
+        level=level,
+        started=started,
+        duration_s=round(duration_s, 3),
+        verdict=record.verdict_of(checks),
+        checks=checks,
+        job_id=job_id,
+        drift=tuple(record.Drift(i.kind, i.item, i.desired, i.actual) for i in report.items),
+    ).to_dict()
 
 
 #: Where the node keeps its last records and its undelivered ones (DAY2.md, "Paths on a node").

@@ -209,7 +209,6 @@ def test_the_record_carries_the_drift_and_a_fail_verdict(tmp_path: Path, node: F
             "item": "nvidia",
             "desired": "loaded",
             "actual": "not loaded",
-            "role": "dcgm",
         }
     ]
     firmware = next(c for c in record["checks"] if c["check"] == "conformance.firmware")
