@@ -23,7 +23,7 @@ def record(
 ) -> dict[str, Any]:
     """One record; ``failed`` lists (check, action) pairs reported with ``status``."""
     checks: list[dict[str, Any]] = [
-        {"check": "gpu.count", "status": "pass", "action": "", "measured": 8, "expected": 8,
+        {"check": "gpu.count", "status": "pass", "action": None, "measured": 8, "expected": 8,
          "detail": "", "evidence": "", "shadow": False, "streak": 0},
     ]  # fmt: skip
     for check, action in failed:
