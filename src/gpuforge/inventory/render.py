@@ -8,6 +8,8 @@ never touches again. Layout of ``generated/`` (docs/contracts.md is the contract
 * ``group_vars/all.yml``: cluster settings and pinned versions; ``group_vars/nodetype_*.yml``
   hardware per node type; ``group_vars/phase_*.yml`` each phase's gate;
 * ``slurm/nodes.conf``, ``slurm/topology.conf``, ``hosts``, ``topology.json``;
+* ``monitoring/``: file_sd targets, one ``prometheus.yml`` per Prometheus server and the rack
+  power budgets (:mod:`gpuforge.monitoring`), with ``group_vars/monitoring.yml``;
 * ``.gpuforge-generated``: the marker that lets gpuforge replace the directory. A directory
   without it is someone else's and is never replaced.
 
@@ -34,6 +36,8 @@ from gpuforge.errors import InputError, OperationError
 from gpuforge.inventory.hosts_file import etc_hosts
 from gpuforge.inventory.reader import GENERATED, MARKER, SITE, InventoryDir
 from gpuforge.inventory.reader import sample_site as default_sample_site
+from gpuforge.monitoring.prometheus import servers as monitoring_servers
+from gpuforge.monitoring.render import monitoring_files
 from gpuforge.slurm.conf import nodes_conf, su_tag, topology_conf
 from gpuforge.topology.cluster import Cluster, Node
 
@@ -44,6 +48,8 @@ ROLE_GROUPS = {
     "gpu": "gpu_nodes",
     "storage": "storage",
 }
+#: The Prometheus (and Alertmanager) servers: the spec's monitoring.servers, else the controllers.
+MONITORING_GROUP = "monitoring"
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -70,6 +76,7 @@ def groups(cluster: Cluster) -> dict[str, list[str]]:
             ordered_extra.setdefault(key, []).append(node.hostname)
     for key in sorted(ordered_extra):
         result[key] = ordered_extra[key]
+    result[MONITORING_GROUP] = [s.hostname for s in monitoring_servers(cluster)]
     return result
 
 
@@ -199,6 +206,17 @@ def nodetype_vars(cluster: Cluster, name: str) -> dict[str, Any]:
     }
 
 
+def monitoring_vars(cluster: Cluster) -> dict[str, Any]:
+    """``group_vars/monitoring.yml``: the spec's monitoring settings for the prometheus and
+    alertmanager roles (the scrape configuration itself is in ``monitoring/``)."""
+    mon = cluster.spec.monitoring
+    return {
+        "prometheus_retention": mon.retention,
+        "alertmanager_routes": [route.model_dump() for route in mon.routes],
+        "gpuforge_monitoring_servers": [s.hostname for s in monitoring_servers(cluster)],
+    }
+
+
 def topology_json(cluster: Cluster) -> dict[str, Any]:
     """The expanded model for other tools. Links are rows of ``link_fields``."""
     plan = cluster.fabric
@@ -288,6 +306,8 @@ def render_files(cluster: Cluster) -> dict[str, str]:
         files[f"group_vars/{group_name('nodetype', name)}.yml"] = _yaml(
             nodetype_vars(cluster, name), cluster.name
         )
+    files[f"group_vars/{MONITORING_GROUP}.yml"] = _yaml(monitoring_vars(cluster), cluster.name)
+    files.update(monitoring_files(cluster))
     for phase in cluster.phases:
         files[f"group_vars/{phase_group(phase.number)}.yml"] = _yaml(
             {

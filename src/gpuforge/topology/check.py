@@ -229,8 +229,31 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
             add(Problem(exc.field, str(exc)))
 
     phase_of, phases = _plan_phases(topo, gpu_order, add)
+    _check_monitoring_servers(topo, owner, add)
     problems.extend(check_rules(topo, "block" if nvlink_nodes > 1 else "tree"))
     return Analysis(hostnames, gpu_order, nvlink_nodes, fabric, phase_of, phases, problems)
+
+
+def _check_monitoring_servers(
+    topo: Topology, owner: dict[str, int], add: Callable[[Problem], None]
+) -> None:
+    """``monitoring.servers`` names nodes of the spec (the Prometheus shards)."""
+    expr = topo.monitoring.servers
+    if expr is None:
+        return
+    where = "monitoring.servers"
+    if hostlist_size(expr) > 1000:
+        add(Problem(where, f"{expr!r} names more than 1000 Prometheus servers"))
+        return
+    try:
+        names = hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist as exc:
+        add(Problem(where, f"{expr!r} is not a hostlist: {exc}"))
+        return
+    unknown = [n for n in names if n not in owner]
+    if not names or unknown:
+        shown = ", ".join(unknown[:5]) or repr(expr)
+        add(Problem(where, f"not nodes of this spec: {shown}"))
 
 
 def _check_power(

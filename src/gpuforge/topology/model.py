@@ -12,7 +12,14 @@ import string
 from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 Role = Literal["controller", "login", "gpu", "storage"]
 FabricKind = Literal["infiniband", "roce"]
@@ -251,6 +258,82 @@ class Rollout(_Spec):
     phases: tuple[Phase, ...] = Field(min_length=1)
 
 
+_DURATION_RE = re.compile(r"^((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
+Severity = Literal["critical", "warning", "info"]
+
+
+def _duration(value: object) -> object:
+    """A Prometheus duration (30s, 1m30s, 15d) above zero, written as text."""
+    if not isinstance(value, str) or not value or not _DURATION_RE.match(value):
+        raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 1m or 15d")
+    if not any(ch in "123456789" for ch in value):
+        raise ValueError(f"{value!r} must be longer than 0")
+    return value
+
+
+Duration = Annotated[str, BeforeValidator(_duration)]
+
+
+class AlertRoute(_Spec):
+    """How Alertmanager treats the alerts of one severity (docs/monitoring.md)."""
+
+    severity: Severity
+    group_wait: Duration = "30s"
+    group_interval: Duration = "5m"
+    repeat_interval: Duration = Field(default="4h", description="Resend a firing alert after")
+
+
+class RemoteWrite(_Spec):
+    """A long-term store Prometheus writes to (Thanos Receive, Mimir, VictoriaMetrics)."""
+
+    name: Name
+    url: str = Field(description="remote_write endpoint URL, http:// or https://")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s/]+\S*$", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
+
+
+def _default_routes() -> tuple[AlertRoute, ...]:
+    return (
+        AlertRoute(severity="critical", group_wait="10s", repeat_interval="1h"),
+        AlertRoute(severity="warning"),
+        AlertRoute(severity="info", repeat_interval="24h"),
+    )
+
+
+class Monitoring(_Spec):
+    """Prometheus and Alertmanager built from the spec (docs/monitoring.md)."""
+
+    servers: str | None = Field(
+        default=None,
+        description="Slurm hostlist of the Prometheus servers, one shard each; default: the "
+        "controllers",
+    )
+    scrape_interval: Duration = "30s"
+    evaluation_interval: Duration = "30s"
+    retention: Duration = Field(default="15d", description="Local TSDB retention per server")
+    routes: tuple[AlertRoute, ...] = Field(default_factory=_default_routes)
+    remote_write: tuple[RemoteWrite, ...] = ()
+    federation: bool = Field(
+        default=False,
+        description="Also render a global Prometheus config that federates the shards' "
+        "recording rules",
+    )
+
+    @field_validator("routes")
+    @classmethod
+    def _one_route_per_severity(cls, value: tuple[AlertRoute, ...]) -> tuple[AlertRoute, ...]:
+        seen = [r.severity for r in value]
+        dup = sorted({s for s in seen if seen.count(s) > 1})
+        if dup:
+            raise ValueError(f"more than one route for severity {', '.join(dup)}")
+        return value
+
+
 class Topology(_Spec):
     """A whole cluster. See docs/topology.md."""
 
@@ -267,6 +350,7 @@ class Topology(_Spec):
     addressing: Addressing
     versions: Versions
     rollout: Rollout
+    monitoring: Monitoring = Field(default_factory=Monitoring)
 
     @field_validator("domain")
     @classmethod
