@@ -44,6 +44,9 @@ _FREE_TEXT_KEYS = ("Reason", "Comment", "Extra")
 DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
 #: Base states or flags that ``scontrol update State=RESUME`` clears.
 RESUMABLE = frozenset({"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING"})
+#: Base states or flags of a node that runs (or is still cleaning up after) a job: a drained node
+#: in one of them is draining, not drained (``MIXED+DRAIN``, ``IDLE+COMPLETING+DRAIN``).
+BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,11 @@ class SlurmNode:
     def drained(self) -> bool:
         """True when the scheduler places no new work on the node."""
         return bool(DRAIN_FLAGS.intersection(self.flags)) or self.state in DRAIN_FLAGS
+
+    @property
+    def busy(self) -> bool:
+        """True while a job runs on the node or is completing there (CPUs allocated)."""
+        return bool(BUSY.intersection((self.state, *self.flags))) or self.cpus_alloc > 0
 
     @property
     def resumable(self) -> bool:
