@@ -1,0 +1,125 @@
+"""From each node's record to its outcome; firmware compared across the node type."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from gpuforge.errors import InputError
+from gpuforge.history.conformance import NodeResult
+from gpuforge.node import record as node_record
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Tier, decide
+
+#: The check whose ``measured`` carries the node's firmware versions (shadow on the node).
+FIRMWARE_CHECK = "conformance.firmware"
+#: The check a firmware odd-one-out fails (it joins the drift check in the drain reason).
+DRIFT_CHECK = "conformance.drift"
+
+
+def judge(
+    node: str, raw: str | bytes | Mapping[str, Any] | None, why_missing: str = ""
+) -> NodeResult:
+    """``node``'s outcome from its record; a corrupt record makes the node ``error``, not the run.
+
+    ``raw`` None: the node handed nothing back (``not_checked`` with ``why_missing``).
+    """
+    if raw is None:
+        return NodeResult(node, "not_checked", why_missing or "no result")
+    try:
+        rec = (
+            node_record.from_dict(raw, source=f"{node}'s result")
+            if isinstance(raw, Mapping)
+            else node_record.from_json(raw, source=f"{node}'s result")
+        )
+    except InputError as exc:
+        return NodeResult(node, "error", f"corrupt result: {exc}"[:500])
+    if rec.node != node:
+        return NodeResult(node, "error", f"corrupt result: names node {rec.node!r}")
+    if rec.tier != "conformance":
+        return NodeResult(node, "error", f"corrupt result: tier {rec.tier!r}, not conformance")
+    failed = tuple(
+        (c.check, c.status, c.action or "")
+        for c in rec.checks
+        if not c.shadow and c.status not in {"pass", "skip"}
+    )
+    drift = tuple((d.kind, d.item, d.desired, d.actual) for d in rec.drift)
+    why = ",".join(c for c, s, _ in failed if s in {"fail", "error"})
+    return NodeResult(node, rec.verdict, why, failed, drift)
+
+
+def firmware_of(raw: Mapping[str, Any]) -> dict[str, str]:
+    """The firmware versions a record carries (empty when none or unreadable)."""
+    for check in raw.get("checks", []):
+        if isinstance(check, Mapping) and check.get("check") == FIRMWARE_CHECK:
+            try:
+                data = json.loads(str(check.get("measured") or "{}"))
+            except ValueError:
+                return {}
+            return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    return {}
+
+
+def firmware_outliers(
+    firmware: Mapping[str, Mapping[str, str]], node_types: Mapping[str, str]
+) -> dict[str, list[tuple[str, str, str, str]]]:
+    """Nodes whose firmware differs from the most common version of their node type.
+
+    Only a clear majority is a reference: at least three nodes report the component and one
+    version is held by more than half of them; otherwise nobody is called odd.
+    """
+    by_type: dict[tuple[str, str], dict[str, str]] = {}
+    for node, versions in firmware.items():
+        for component, version in versions.items():
+            by_type.setdefault((node_types.get(node, ""), component), {})[node] = version
+    out: dict[str, list[tuple[str, str, str, str]]] = {}
+    for (_, component), seen in sorted(by_type.items()):
+        if len(seen) < 3:
+            continue
+        common, count = Counter(seen.values()).most_common(1)[0]
+        if count * 2 <= len(seen):
+            continue
+        for node, version in sorted(seen.items()):
+            if version != common:
+                out.setdefault(node, []).append(("firmware", component, common, version))
+    return out
+
+
+def with_firmware(result: NodeResult, items: list[tuple[str, str, str, str]]) -> NodeResult:
+    """``result`` with firmware drift added (a passing node then fails ``conformance.drift``)."""
+    if not items or result.outcome in {"not_checked", "error"}:
+        return result
+    failed = result.failed
+    if not any(c == DRIFT_CHECK and s == "fail" for c, s, _ in failed):
+        failed = (*[f for f in failed if f[0] != DRIFT_CHECK], (DRIFT_CHECK, "fail", "quarantine"))
+    why = ",".join(dict.fromkeys([*(result.why.split(",") if result.why else []), DRIFT_CHECK]))
+    return NodeResult(result.node, "fail", why, failed, (*result.drift, *items))
+
+
+def verdict(result: NodeResult) -> NodeVerdict | None:
+    """The admission verdict of a checked node; None for one not checked (nothing to decide).
+
+    A corrupt result is ``hold`` (an error never drains), a failure ``quarantine`` with the
+    failed checks and their actions, a pass ``admit`` (resumes only gpuforge's own drains).
+    """
+    if result.outcome == "not_checked":
+        return None
+    if result.outcome == "error" and not result.failed:
+        return decide(
+            result.node,
+            [CheckResult(result.node, "conformance.result", Status.ERROR, message=result.why)],
+        )
+    checks = [
+        CheckResult(
+            result.node,
+            check,
+            Status(status),
+            tier=Tier.QUICK,
+            action=action if status == "fail" else "",
+        )
+        for check, status, action in result.failed
+    ]
+    if not checks:
+        checks = [CheckResult(result.node, DRIFT_CHECK, Status.PASS)]
+    return decide(result.node, checks)
