@@ -11,6 +11,7 @@ import click
 
 from gpuforge import __version__
 from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topology, validate
+from gpuforge.cli import remediate as remediate_cli
 from gpuforge.errors import GpuforgeError
 
 
@@ -54,3 +55,5 @@ main.add_command(validate.validate)
 main.add_command(deploy.deploy)
 main.add_command(deploy.status)
 main.add_command(paths.paths)
+main.add_command(remediate_cli.remediate)
+main.add_command(remediate_cli.rma_group)
