@@ -1,0 +1,164 @@
+"""The collector over real HTTP: records stored, requests decided, forged sources refused."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuforge.errors import InputError
+from gpuforge.health.collector import MAX_BODY, Collector, make_server, parse_listen
+from gpuforge.health.decide import DecisionPolicy
+from gpuforge.health.fleet import Fleet
+
+from ..history.records import T0, record
+from ..slurm.fake import FakeSlurm
+from .conftest import MakeDecider
+from .test_decide import drain_request
+
+LOCAL = "127.0.0.1"
+
+
+@pytest.fixture
+def served(make_decider: MakeDecider, tmp_path: Path) -> Iterator[tuple[str, Collector, FakeSlurm]]:
+    leaves = {"gpu01": "leaf-a", "gpu02": "leaf-b", "gpu03": "leaf-c"}
+    decider, slurm, store = make_decider(leaves, DecisionPolicy(max_fraction=1.0))
+    fleet = Fleet(
+        "lab",
+        ("gpu01", "gpu02", "gpu03"),
+        {"gpu01": LOCAL, "gpu02": "10.231.0.12", "gpu03": LOCAL},
+        leaves,
+        {},
+    )
+    collector = Collector(fleet, store, decider, metrics_dir=tmp_path / "textfile",
+                          clock=lambda: T0)  # fmt: skip
+    collector.start()
+    server = make_server(collector, LOCAL, 0)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://{LOCAL}:{server.server_address[1]}", collector, slurm
+    server.shutdown()
+    server.server_close()
+    collector.stop()
+
+
+def request(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def post(url: str, body: bytes) -> tuple[int, Any]:
+    return request(url, "POST", "/v1/records", body)
+
+
+def test_a_record_is_stored_and_answered(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, collector, slurm = served
+    status, body = post(url, json.dumps(record("gpu01")).encode())
+    assert status == 200
+    assert body["decision"]["done"] == "none"
+    assert collector.store.latest()["gpu01"].verdict == "pass"
+    assert slurm.calls == []  # no request, no Slurm
+
+
+def test_a_drain_request_drains_through_http(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, _, slurm = served
+    status, body = post(url, json.dumps(drain_request("gpu01")).encode())
+    assert status == 200
+    assert body["decision"]["done"] == "drained"
+    assert body["decision"]["reason"] == "gpuforge:gpu.xid:reboot"
+    assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
+
+
+def test_a_forged_source_address_is_refused(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, collector, slurm = served
+    status, body = post(url, json.dumps(drain_request("gpu02")).encode())  # gpu02 is 10.231.0.12
+    assert status == 403
+    assert "management address" in body["error"]
+    assert slurm.nodes["gpu02"] == ("IDLE", "")
+    assert collector.store.latest() == {}
+
+
+def test_an_unknown_node_is_refused(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, _, _ = served
+    status, body = post(url, json.dumps(record("gpu99")).encode())
+    assert status == 403 and "not a GPU node" in body["error"]
+
+
+def test_a_bad_record_names_the_field(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, collector, _ = served
+    bad = record("gpu01")
+    bad["verdict"] = "green"
+    status, body = post(url, json.dumps(bad).encode())
+    assert status == 400 and "verdict" in body["error"]
+    status, body = post(url, b"{not json")
+    assert status == 400 and "not valid JSON" in body["error"]
+    assert collector.store.latest() == {}
+
+
+def test_a_body_over_the_limit_is_refused_unread(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, _, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection((LOCAL, port), timeout=10) as conn:
+        head = f"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n"
+        conn.sendall(head.encode())  # the body is never sent: the answer must not wait for it
+        answer = conn.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 413")
+
+
+def test_healthz(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, _, _ = served
+    status, body = request(url, "GET", "/v1/healthz")
+    assert status == 200
+    assert body["status"] == "ok" and body["nodes"] == 3
+
+
+def test_metrics_textfile_says_what_the_fleet_is(served: tuple[str, Collector, FakeSlurm]) -> None:
+    url, collector, slurm = served
+    post(url, json.dumps(drain_request("gpu01")).encode())
+    post(url, json.dumps(record("gpu03", at=T0)).encode())
+    slurm.nodes["gpu03"] = ("IDLE+DRAIN", "rack maintenance")
+    path = collector.write_metrics()
+    assert path is not None
+    text = path.read_text()
+    assert 'gpuforge_fleet_nodes{verdict="fail"} 1' in text
+    assert 'gpuforge_fleet_nodes{verdict="none"} 1' in text
+    assert 'gpuforge_fleet_drained_nodes{by="gpuforge"} 1' in text
+    assert 'gpuforge_fleet_drained_nodes{by="operator"} 1' in text
+    assert "gpuforge_fleet_stale_nodes 1" in text
+    assert "gpuforge_health_breaker_open 0" in text
+
+
+def test_a_refusal_opens_the_breaker_metric(make_decider: MakeDecider, tmp_path: Path) -> None:
+    leaves = {"gpu01": "leaf-a", "gpu02": "leaf-a"}
+    decider, _, store = make_decider(leaves, DecisionPolicy(max_fraction=0.5))
+    fleet = Fleet("lab", ("gpu01", "gpu02"), {"gpu01": LOCAL, "gpu02": LOCAL}, leaves, {})
+    collector = Collector(fleet, store, decider, metrics_dir=tmp_path, clock=lambda: T0)
+    collector.start()
+    try:
+        answers = [collector.receive(json.dumps(drain_request(n)).encode(), LOCAL)
+                   for n in ("gpu01", "gpu02")]  # fmt: skip
+    finally:
+        collector.stop()
+    assert [a.body["decision"]["done"] for a in answers] == ["drained", "refused"]
+    text = (tmp_path / "gpuforge_controller.prom").read_text()
+    assert "gpuforge_health_breaker_open 1" in text
+    assert "gpuforge_health_refused_drains_total 1" in text
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("10.231.0.1:9477") == ("10.231.0.1", 9477)
+    assert parse_listen("10.231.0.1") == ("10.231.0.1", 9477)
+    with pytest.raises(InputError, match="port"):
+        parse_listen("10.231.0.1:http")
