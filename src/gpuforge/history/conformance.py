@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS conformance_results (
     node TEXT NOT NULL,
     run_id INTEGER NOT NULL REFERENCES conformance_runs (id),
     outcome TEXT NOT NULL,
-    why TEXT NOT NULL DEFAULT '',       -- not_checked / error: the reason; fail: the checks
+    why TEXT NOT NULL DEFAULT '',       -- not_checked / error: the reason, fail: the checks
     failed TEXT NOT NULL DEFAULT '[]',  -- JSON [[check, status, action], ...] not passing
     drift TEXT NOT NULL DEFAULT '[]',   -- JSON [[kind, item, desired, actual], ...]
     PRIMARY KEY (node, run_id)

@@ -1,0 +1,237 @@
+"""One conformance run: lock, pick idle nodes, one sbatch array (or SSH), collect, judge, admit.
+
+The transport is the collector (``gpuforge health serve``): each task POSTs its one record,
+which the collector stores in the cluster's history database; the run reads the records of its
+own job back from there (``latest`` rows of tier ``conformance`` carrying the run's job id). No
+shared file system and no connection from the controller to 12,500 nodes: the controller's work
+per node is one row read, one judgement and one row written (docs/conformance.md).
+
+A run is recorded ``running`` before Slurm is touched. A run killed halfway is found by the next
+one: if its job is still in Slurm the next run waits for it and finishes it (resume), else what
+arrived is kept, the rest is marked ``not_checked`` and the run is closed ``partial``, never
+complete. Overlapping runs refuse through the lock (:mod:`gpuforge.rollout.lock`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuforge.admission import Admission
+from gpuforge.conformance import judge, plan
+from gpuforge.conformance.report import Changes, Placement, compare
+from gpuforge.errors import InputError, OperationError
+from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
+from gpuforge.rollout.lock import cluster_lock
+from gpuforge.slurm.control import NodeAction, SlurmNode
+
+#: Levels of ``gpuforge conformance run``.
+LEVELS = ("passive", "quick", "burnin")
+#: Raw records by node, as a transport hands them back.
+Raw = str | bytes | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of one run."""
+
+    level: str = "quick"
+    #: Minutes within which every task must have started (sbatch ``--deadline``).
+    window_minutes: int = 60
+    #: Seconds between two looks at the job while it runs.
+    poll_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise InputError(f"--level: {self.level!r} is not one of {', '.join(LEVELS)}")
+        if self.window_minutes < 1:
+            raise InputError("--window: must be at least 1 minute")
+
+
+@dataclass
+class Fleet:
+    """What the run knows of the cluster: its GPU nodes, their place and type."""
+
+    nodes: Sequence[str]
+    placement: Mapping[str, Placement] = field(default_factory=dict)
+    node_types: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Deps:
+    """What a run talks to; tests pass fakes.
+
+    With ``states`` (Slurm): ``submit(argv) -> job id``, ``active(job_ids) -> bool``,
+    ``collect(job_ids) -> {node: raw record}`` (from the collector's store). Without Slurm:
+    ``ssh(nodes, level) -> {node: raw record}``, the node checker run over SSH.
+    """
+
+    states: Callable[[], Mapping[str, SlurmNode]] | None = None
+    submit: Callable[[Sequence[str]], str] | None = None
+    active: Callable[[Sequence[str]], bool] | None = None
+    collect: Callable[[Sequence[str]], Mapping[str, Raw]] | None = None
+    ssh: Callable[[Sequence[str], str], Mapping[str, Raw]] | None = None
+    #: Level burnin: the existing pipeline's pairs and NCCL on the nodes that passed.
+    active_tests: Callable[[Sequence[str]], Mapping[str, NodeResult]] | None = None
+    admission: Admission | None = None
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass
+class Outcome:
+    """A finished run: its changes report and what admission did."""
+
+    changes: Changes
+    actions: list[NodeAction]
+    notes: list[str]
+
+
+def run(
+    fleet: Fleet,
+    history: ConformanceHistory,
+    opts: Options,
+    deps: Deps,
+    *,
+    lock_path: Path,
+) -> Outcome:
+    """One run under the lock (module docstring)."""
+    with cluster_lock(lock_path, f"gpuforge conformance run --level {opts.level}") as stale:
+        notes = [stale] if stale else []
+        leftover = history.unfinished()
+        if leftover is not None:
+            notes.append(_settle(leftover, fleet, history, opts, deps))
+        current = _one(fleet, history, opts, deps, notes)
+        changes = compare(history, current, fleet.placement)
+        actions = _admit(changes, deps)
+        return Outcome(changes, actions, notes)
+
+
+def _settle(
+    leftover: Run, fleet: Fleet, history: ConformanceHistory, opts: Options, deps: Deps
+) -> str:
+    """Finish a killed run: wait for its job if Slurm still has it, else close it partial."""
+    jobs = [str(j) for j in leftover.meta.get("jobs", [])]
+    waited = False
+    if jobs and deps.active is not None and deps.active(jobs):
+        _wait(jobs, deps, opts, deadline=deps.clock() + opts.window_minutes * 60 + 60)
+        waited = True
+    _collect_into(leftover, fleet, history, deps, jobs, missing="the run was killed before it")
+    # A killed run is partial even when all its results arrived later: nobody watched it end.
+    history.finish(leftover.id, "partial", at=deps.clock())
+    how = "waited for its job and " if waited else ""
+    return f"run {leftover.id} was killed halfway: {how}closed it partial"
+
+
+def _one(
+    fleet: Fleet, history: ConformanceHistory, opts: Options, deps: Deps, notes: list[str]
+) -> Run:
+    nodes = list(fleet.nodes)
+    if deps.states is not None:
+        states = deps.states()
+        selection = plan.select(nodes, states)
+        current = history.begin(
+            opts.level,
+            len(nodes),
+            at=deps.clock(),
+            meta={"transport": "slurm+collector", "idle": len(selection.idle)},
+        )
+        history.add(
+            current.id,
+            [NodeResult(n, "not_checked", why) for n, why in selection.skipped.items()],
+        )
+        jobs: list[str] = []
+        if selection.idle:
+            if deps.submit is None:
+                raise OperationError("no way to submit the conformance array")
+            for count in plan.chunks(len(selection.idle)):
+                argv = plan.sbatch_argv(
+                    count,
+                    level=opts.level,
+                    run_id=current.id,
+                    window_minutes=opts.window_minutes,
+                )
+                jobs.append(deps.submit(argv))
+                history.update_meta(current.id, {"jobs": jobs, "sbatch_calls": len(jobs)})
+            _wait(jobs, deps, opts, deadline=deps.clock() + opts.window_minutes * 60 + 120)
+        results = _collect_into(
+            current,
+            fleet,
+            history,
+            deps,
+            jobs,
+            missing="no result: the task was preempted, did not start before the deadline, "
+            "or failed before reporting",
+            only=selection.idle,
+        )
+    elif deps.ssh is not None:
+        current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
+        raw = deps.ssh(nodes, opts.level)
+        results = _judge_all(fleet, nodes, raw, "no answer over SSH")
+        history.add(current.id, results.values())
+    else:
+        raise OperationError("neither Slurm nor SSH is available to reach the nodes")
+    if opts.level == "burnin" and deps.active_tests is not None:
+        passed = [n for n, r in results.items() if r.outcome in {"pass", "warn"}]
+        if passed:
+            more = deps.active_tests(passed)
+            history.add(current.id, [r for r in more.values() if r.outcome in {"fail", "error"}])
+            notes.append(f"burnin: pairs and NCCL on {len(passed)} node(s)")
+    return history.finish(current.id, "complete", at=deps.clock())
+
+
+def _wait(jobs: Sequence[str], deps: Deps, opts: Options, *, deadline: float) -> None:
+    if deps.active is None:
+        return
+    while deps.active(jobs):
+        if deps.clock() >= deadline:
+            raise OperationError(
+                f"conformance job(s) {', '.join(jobs)} still in Slurm after the window; "
+                "the run stays open and the next run resumes it"
+            )
+        deps.sleep(opts.poll_s)
+
+
+def _judge_all(
+    fleet: Fleet, nodes: Sequence[str], raw: Mapping[str, Raw], missing: str
+) -> dict[str, NodeResult]:
+    results = {n: judge.judge(n, raw.get(n), missing) for n in nodes}
+    firmware = {
+        n: judge.firmware_of(r)
+        for n, r in raw.items()
+        if n in results and isinstance(r, Mapping) and results[n].outcome != "error"
+    }
+    for node, items in judge.firmware_outliers(firmware, fleet.node_types).items():
+        results[node] = judge.with_firmware(results[node], items)
+    return results
+
+
+def _collect_into(
+    current: Run,
+    fleet: Fleet,
+    history: ConformanceHistory,
+    deps: Deps,
+    jobs: Sequence[str],
+    *,
+    missing: str,
+    only: Sequence[str] | None = None,
+) -> dict[str, NodeResult]:
+    nodes = (
+        list(only)
+        if only is not None
+        else [n for n in fleet.nodes if n not in history.results(current.id)]
+    )
+    raw = deps.collect(jobs) if deps.collect is not None and jobs else {}
+    results = _judge_all(fleet, nodes, raw, missing)
+    history.add(current.id, results.values())
+    return results
+
+
+def _admit(changes: Changes, deps: Deps) -> list[NodeAction]:
+    if deps.admission is None:
+        return []
+    verdicts = [v for r in changes.results.values() if (v := judge.verdict(r)) is not None]
+    return deps.admission.admit(verdicts)

@@ -1,0 +1,301 @@
+"""A conformance run end to end against fakes: Slurm, the collector's store, admission."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from gpuforge.admission import Admission
+from gpuforge.conformance import plan, report
+from gpuforge.conformance.run import Deps, Fleet, Options, run
+from gpuforge.errors import InputError, OperationError
+from gpuforge.history.conformance import ConformanceHistory, NodeResult
+from gpuforge.history.store import HistoryStore
+from gpuforge.node import drift
+from gpuforge.rollout.lock import LockHeld, cluster_lock
+from gpuforge.slurm.control import NodeAction, SlurmNode
+from gpuforge.validate.result import NodeVerdict, Verdict
+
+NODES = [f"gpu0{i}" for i in range(1, 7)]
+T0 = 1_795_000_000.0
+
+
+def node_record(
+    node: str, items: Sequence[drift.DriftItem] = (), vbios: str = "96.00.89"
+) -> dict[str, Any]:
+    return drift.conformance_record(
+        node,
+        "quick",
+        started="2026-11-18T10:00:00Z",
+        duration_s=1.0,
+        report=drift.DriftReport(items=list(items), roles=["nccl"], compared=5),
+        firmware_versions={"vbios": vbios},
+        job_id="77",
+    )
+
+
+@dataclass
+class FakeAdmission:
+    verdicts: list[NodeVerdict] = field(default_factory=list)
+
+    def admit(self, verdicts: Sequence[NodeVerdict]) -> list[NodeAction]:
+        self.verdicts = list(verdicts)
+        return [
+            NodeAction(v.node, "drain" if v.verdict is Verdict.QUARANTINE else "none", False)
+            for v in verdicts
+        ]
+
+
+@dataclass
+class World:
+    """Slurm and the collector as the run sees them."""
+
+    states: dict[str, SlurmNode]
+    records: dict[str, Any]
+    submitted: list[list[str]] = field(default_factory=list)
+    polls: int = 0
+    now: float = T0
+
+    def submit(self, argv: Sequence[str]) -> str:
+        self.submitted.append(list(argv))
+        return "77"
+
+    def active(self, jobs: Sequence[str]) -> bool:
+        self.polls += 1
+        return self.polls < 3  # the array runs for two polls
+
+    def collect(self, jobs: Sequence[str]) -> Mapping[str, Any]:
+        assert list(jobs) == ["77"]
+        return self.records
+
+    def clock(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def idle(name: str) -> SlurmNode:
+    return SlurmNode(name=name, state="IDLE")
+
+
+@pytest.fixture
+def world() -> World:
+    states = {n: idle(n) for n in NODES}
+    states["gpu02"] = SlurmNode(name="gpu02", state="ALLOCATED")  # runs a sleep job
+    states["gpu05"] = SlurmNode(name="gpu05", state="IDLE", flags=("DRAIN",), reason="disk swap")
+    wrong_nccl = drift.DriftItem("package", "libnccl2", "2.21.5-1", "2.25.1-1")
+    records: dict[str, Any] = {
+        "gpu01": node_record("gpu01", [wrong_nccl]),
+        "gpu03": "{not json",  # a corrupt result
+        "gpu04": node_record("gpu04"),
+        # gpu06 is idle but never reports (preempted)
+    }
+    return World(states, records)
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> ConformanceHistory:
+    return ConformanceHistory(HistoryStore.open(tmp_path / "history.db"))
+
+
+def deps_for(world: World, admission: FakeAdmission | None = None) -> Deps:
+    return Deps(
+        states=lambda: world.states,
+        submit=world.submit,
+        active=world.active,
+        collect=world.collect,
+        admission=cast(Admission, admission) if admission else None,
+        clock=world.clock,
+        sleep=lambda _s: None,
+    )
+
+
+FLEET = Fleet(
+    NODES,
+    {
+        n: report.Placement("su01", f"r00{1 + i // 2}", f"leaf{1 + i // 3}")
+        for i, n in enumerate(NODES)
+    },
+    dict.fromkeys(NODES, "h100"),
+)
+
+
+def test_one_sbatch_array_over_the_idle_nodes_and_each_node_judged(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    adm = FakeAdmission()
+    out = run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "lock")
+    assert len(world.submitted) == 1
+    argv = world.submitted[0]
+    assert "--array=0-3" in argv  # gpu01, gpu03, gpu04, gpu06: the idle ones
+    assert "--partition=conformance" in argv
+    assert "--exclusive" in argv and "--time=5" in argv
+    assert argv[-1].endswith("gpuforge-node.pyz conformance --level quick")
+    got = {n: r.outcome for n, r in out.changes.results.items()}
+    assert got == {
+        "gpu01": "fail",
+        "gpu02": "not_checked",
+        "gpu03": "error",
+        "gpu04": "pass",
+        "gpu05": "not_checked",
+        "gpu06": "not_checked",
+    }
+    res = out.changes.results
+    assert res["gpu02"].why == "busy (ALLOCATED)"
+    assert "disk swap" in res["gpu05"].why
+    assert "corrupt result" in res["gpu03"].why
+    assert res["gpu01"].drift == (("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
+    # admission: the failed node is quarantined, the corrupt one held, unchecked ones untouched
+    decided = {v.node: v.verdict for v in adm.verdicts}
+    assert decided == {"gpu01": Verdict.QUARANTINE, "gpu03": Verdict.HOLD, "gpu04": Verdict.ADMIT}
+    assert out.changes.new_failures == ["gpu01"]
+    assert out.changes.exit_code == 1
+    assert out.changes.run.state == "complete"
+
+
+def test_the_second_run_reports_what_was_fixed(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+    world.records["gpu01"] = node_record("gpu01")
+    world.records["gpu03"] = node_record("gpu03")
+    sysctl = drift.DriftItem("sysctl", "net.core.rmem_max", "268435456", "212992")
+    world.records["gpu04"] = node_record("gpu04", [sysctl])
+    world.polls = 0
+    changes = run(
+        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock"
+    ).changes
+    assert changes.cleared == ["gpu01", "gpu03"]
+    assert changes.drift_fixed == {"gpu01": [("package", "libnccl2", "2.21.5-1", "2.25.1-1")]}
+    assert changes.new_failures == ["gpu04"]
+    assert changes.drift_new == {"gpu04": [("sysctl", "net.core.rmem_max", "268435456", "212992")]}
+    assert changes.drift_by_kind == {"sysctl": 1}
+
+
+def test_repeat_offenders_are_nodes_failing_twice_in_seven_days(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    for _ in range(2):
+        world.polls = 0
+        changes = run(
+            FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+        ).changes
+    assert changes.repeat_offenders == {"gpu01": 2}
+    assert changes.still_failing == ["gpu01"]
+
+
+def test_firmware_odd_one_out_of_the_node_type_is_drift(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    world.states = {n: idle(n) for n in NODES}
+    world.records = {n: node_record(n) for n in NODES}
+    world.records["gpu05"] = node_record("gpu05", vbios="95.00.11")
+    res = run(
+        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes.results
+    assert res["gpu05"].outcome == "fail"
+    assert res["gpu05"].drift == (("firmware", "vbios", "96.00.89", "95.00.11"),)
+    assert all(res[n].outcome == "pass" for n in NODES if n != "gpu05")
+
+
+def test_an_overlapping_run_refuses_clearly(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    with (
+        cluster_lock(tmp_path / "lock", "gpuforge conformance run"),
+        pytest.raises(LockHeld, match="another gpuforge run holds the lock"),
+    ):
+        run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+    assert history.runs() == []
+
+
+def test_a_killed_run_is_reported_partial_by_the_next(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    killed = history.begin("quick", 6, at=T0 - 3600, meta={"jobs": ["77"]})
+    history.add(killed.id, [NodeResult("gpu02", "not_checked", "busy (ALLOCATED)")])
+    world.polls = 5  # its job is gone from Slurm
+    world.records = {"gpu01": node_record("gpu01")}
+    out = run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+    old = history.run(killed.id)
+    assert old is not None and old.state == "partial"
+    kept = history.results(killed.id)
+    assert kept["gpu01"].outcome == "pass"  # what arrived is kept
+    assert kept["gpu03"].outcome == "not_checked"
+    assert "killed" in kept["gpu03"].why
+    assert any("closed it partial" in n for n in out.notes)
+
+
+def test_a_run_whose_job_outlives_the_window_stays_open(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    world.active = lambda _jobs: True  # type: ignore[method-assign]
+    with pytest.raises(OperationError, match="still in Slurm after the window"):
+        run(
+            FLEET,
+            history,
+            Options(poll_s=0, window_minutes=1),
+            deps_for(world),
+            lock_path=tmp_path / "l",
+        )
+    assert history.unfinished() is not None
+
+
+def test_unknown_level_is_bad_input() -> None:
+    with pytest.raises(InputError, match="--level: 'full' is not one of passive, quick, burnin"):
+        Options(level="full")
+
+
+def test_a_corrupt_history_database_is_refused_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    db.write_bytes(b"SQLite format 3\x00" + b"garbage" * 100)
+    before = db.read_bytes()
+    with pytest.raises(InputError, match=r"history\.db"):
+        ConformanceHistory(HistoryStore.open(db))
+    assert db.read_bytes() == before
+
+
+def test_without_slurm_the_node_checker_runs_over_ssh(
+    tmp_path: Path, history: ConformanceHistory
+) -> None:
+    asked: list[tuple[list[str], str]] = []
+
+    def ssh(nodes: Sequence[str], level: str) -> Mapping[str, Any]:
+        asked.append((list(nodes), level))
+        return {n: json.dumps(node_record(n)) for n in nodes if n != "gpu06"}
+
+    out = run(FLEET, history, Options(level="passive"), Deps(ssh=ssh), lock_path=tmp_path / "l")
+    assert asked == [(NODES, "passive")]
+    assert out.changes.results["gpu06"].outcome == "not_checked"
+    assert out.changes.exit_code == 0
+
+
+def test_reports_are_written_and_readable(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    changes = run(
+        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes
+    paths = report.write(changes, tmp_path / "out", textfile=tmp_path / "prom" / "c.prom")
+    data = json.loads(paths["json"].read_text())
+    assert data["new_failures"] == ["gpu01"]
+    assert data["heat"]["rack"]["r001"] == {"fail": 1, "not_checked": 1}
+    suite = ET.fromstring(paths["junit"].read_text())  # noqa: S314 - our own file
+    assert (
+        suite.get("failures") == "1" and suite.get("errors") == "1" and suite.get("skipped") == "3"
+    )
+    page = paths["html"].read_text()
+    assert page.index("What changed") < page.index("Heat map by rack")
+    assert "libnccl2" in page
+    assert 'gpuforge_conformance_fleet_nodes{outcome="fail"} 1' in paths["metrics"].read_text()
+
+
+def test_the_sbatch_calls_do_not_grow_with_the_fleet() -> None:
+    assert plan.chunks(12_500) == [12_500]
+    assert len(plan.chunks(100_000)) == 1
+    assert plan.chunks(5, max_array_size=3) == [2, 2, 1]
