@@ -321,6 +321,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep:
         return text, DEFAULT_PORT
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"--listen {text!r}: the port must be 1-65535")
+    if not port.isdigit() or int(port) > 65535:
+        raise InputError(f"--listen {text!r}: the port must be 0-65535 (0: any free port)")
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - the operator asked for all

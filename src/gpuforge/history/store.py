@@ -560,6 +560,16 @@ class HistoryStore:
 
     # -- reading
 
+    def latest_of(self, node: str) -> dict[str, LatestRow]:
+        """The newest record of ``node`` per tier."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT node, tier, at, received, verdict, signature, request, record FROM latest"
+                " WHERE node = ?",
+                (node,),
+            ).fetchall()
+        return {r[1]: _latest(r) for r in rows}
+
     def latest(self, tier: str | None = None) -> dict[str, LatestRow]:
         """The newest record of every node (of ``tier``, else of any tier)."""
         query = "SELECT node, tier, at, received, verdict, signature, request, record FROM latest"
@@ -570,16 +580,7 @@ class HistoryStore:
         out: dict[str, LatestRow] = {}
         with self._read() as db:
             for r in db.execute(query + " ORDER BY node, at", args):
-                out[r[0]] = LatestRow(
-                    node=r[0],
-                    tier=r[1],
-                    at=r[2],
-                    received=r[3],
-                    verdict=r[4],
-                    signature=r[5],
-                    request=json.loads(r[6]) if r[6] else None,
-                    record_json=r[7],
-                )
+                out[r[0]] = _latest(r)
         return out
 
     def node_history(
@@ -657,6 +658,19 @@ class HistoryStore:
 _EVENT_SELECT = (
     "SELECT at, node, kind, check_name, action, code, gpu, source, detail, data FROM events"
 )
+
+
+def _latest(r: Sequence[Any]) -> LatestRow:
+    return LatestRow(
+        node=r[0],
+        tier=r[1],
+        at=r[2],
+        received=r[3],
+        verdict=r[4],
+        signature=r[5],
+        request=json.loads(r[6]) if r[6] else None,
+        record_json=r[7],
+    )
 
 
 def _event(r: Sequence[Any]) -> Event:

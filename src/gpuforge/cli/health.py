@@ -1,0 +1,281 @@
+"""``gpuforge health``: the collector nodes push their records to, and a node's history.
+
+``serve`` runs on the controller (a systemd service; in the lab a background process on the
+lab network's gateway); ``history`` reads the store it writes (docs/health.md, "Controller:
+collector, decisions, history").
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.errors import InputError
+from gpuforge.health.collector import DEFAULT_PORT, Collector, make_server, parse_listen
+from gpuforge.health.decide import DRAIN_ACTIONS, Decider, DecisionPolicy
+from gpuforge.health.fleet import TEXTFILE_DIR, Fleet
+from gpuforge.history.store import HistoryStore, Retention, history_path, iso
+from gpuforge.inventory.reader import host_vars
+from gpuforge.slurm.control import SlurmClient
+
+_SPAN = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s`` (ago) or an ISO 8601 time, as epoch seconds."""
+    match = _SPAN.match(text.strip())
+    if match:
+        return now - float(match.group("n")) * _UNIT[match.group("unit")]
+    try:
+        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            f"--since {text!r}: give a span (7d, 12h, 30m) or an ISO time (2026-11-30T19:00Z)"
+        ) from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def cluster_dir(cluster: str | None, inventory: Path | None) -> Path:
+    """The cluster directory: ``--inventory DIR``, else ``inventory/CLUSTER``."""
+    if cluster and inventory:
+        raise InputError("give CLUSTER or --inventory, not both")
+    if inventory is not None:
+        return inventory
+    if cluster:
+        return Path("inventory") / cluster
+    raise InputError("give CLUSTER (inventory/CLUSTER) or --inventory DIR")
+
+
+def slurm_client(via: str | None, inventory: Path) -> SlurmClient:
+    """Slurm on this machine, or on ``via`` over SSH with the inventory's connection settings."""
+    if via is None:
+        return SlurmClient.local()
+    return SlurmClient.over_ssh(via, host_vars(inventory, via))
+
+
+def open_history(state_dir: Path, cluster: str | None) -> HistoryStore:
+    """The history of ``cluster``, or of the only cluster under ``state_dir`` that has one."""
+    if cluster:
+        return HistoryStore.open(history_path(state_dir, cluster), create=False)
+    found = sorted(state_dir.glob("*/history.db"))
+    if len(found) != 1:
+        names = ", ".join(p.parent.name for p in found) or "none"
+        raise InputError(f"give --cluster: histories under {state_dir}: {names}")
+    return HistoryStore.open(found[0], create=False)
+
+
+inventory_option = click.option(
+    "--inventory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Cluster directory (generated/ and site/); default inventory/CLUSTER.",
+)
+via_option = click.option(
+    "--via",
+    metavar="HOST",
+    help="Run scontrol on HOST (the Slurm controller) over SSH instead of locally.",
+)
+
+
+@click.group("health")
+def health() -> None:
+    """Node health on the controller: the collector and node history."""
+
+
+@health.command("serve")
+@click.argument("cluster", required=False)
+@inventory_option
+@click.option(
+    "--listen",
+    default=f"0.0.0.0:{DEFAULT_PORT}",
+    show_default=True,
+    help="ADDR:PORT to listen on (the collector.url in the nodes' health.yaml).",
+)
+@via_option
+@state_option
+@click.option(
+    "--max-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.01,
+    show_default=True,
+    help="Circuit breaker: most of the fleet taken out of service per window.",
+)
+@click.option(
+    "--max-per-leaf",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Circuit breaker: most nodes under one leaf switch (rail 0) per window; 0: no limit.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Circuit breaker window, seconds.",
+)
+@click.option(
+    "--resume-action",
+    "resume_actions",
+    multiple=True,
+    type=click.Choice(sorted(DRAIN_ACTIONS)),
+    default=("quarantine",),
+    show_default=True,
+    help="Drain actions a passing health check may lift (repeat); the others are lifted by "
+    "`gpuforge remediate` after re-validation.",
+)
+@click.option("--shadow", is_flag=True, help="Decide and record, but change nothing in Slurm.")
+@click.option(
+    "--metrics-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=TEXTFILE_DIR,
+    show_default=True,
+    help="node_exporter's textfile directory for the controller's metrics.",
+)
+@click.option("--snapshot-days", type=click.FloatRange(min=1), default=30.0, show_default=True)
+@click.option("--history-days", type=click.FloatRange(min=1), default=400.0, show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Log every request.")
+def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
+    cluster: str | None,
+    inventory: Path | None,
+    listen: str,
+    via: str | None,
+    state_dir: Path,
+    max_fraction: float,
+    max_per_leaf: int,
+    window: float,
+    resume_actions: tuple[str, ...],
+    shadow: bool,
+    metrics_dir: Path,
+    snapshot_days: float,
+    history_days: float,
+    verbose: bool,
+) -> None:
+    """Collect the nodes' health records, store them and act on their requests."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
+    root = cluster_dir(cluster, inventory)
+    fleet = Fleet.load(root)
+    host, port = parse_listen(listen)
+    policy = DecisionPolicy(
+        max_fraction=max_fraction,
+        max_per_leaf=max_per_leaf or None,
+        window_s=window,
+        resume_actions=frozenset(resume_actions),
+        shadow=shadow,
+    )
+    store = HistoryStore.open(history_path(state_dir, fleet.name))
+    admission = Admission(
+        slurm_client(via, root), AdmissionRecord(record_path(state_dir, fleet.name))
+    )
+    decider = Decider(admission, policy=policy, leaves=fleet.leaves, store=store)
+    collector = Collector(
+        fleet,
+        store,
+        decider,
+        metrics_dir=metrics_dir,
+        retention=Retention(snapshot_days=snapshot_days, history_days=history_days),
+    )
+    try:
+        server = make_server(collector, host, port)
+    except OSError as exc:
+        raise InputError(f"--listen {listen}: {exc.strerror or exc}") from None
+    collector.start()
+
+    def stop(*_: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    click.echo(
+        f"gpuforge collector for {fleet.name} ({len(fleet.nodes)} GPU nodes) on "
+        f"http://{host}:{server.server_address[1]}/v1/records; history {store.path}"
+        + ("; shadow mode" if shadow else ""),
+        err=True,
+    )
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        collector.stop()
+        store.close()
+
+
+@health.command("history")
+@click.argument("node")
+@click.option("--cluster", help="Cluster name (default: the only one under --state-dir).")
+@state_option
+@click.option("--since", help="Only since: a span (7d, 12h) or an ISO time. Default: all kept.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--counters", is_flag=True, help="Also the counter snapshots.")
+@json_option
+def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
+    node: str,
+    cluster: str | None,
+    state_dir: Path,
+    since: str | None,
+    limit: int,
+    counters: bool,
+    as_json: bool,
+) -> None:
+    """Verdict changes and events of NODE, newest first."""
+    start = parse_since(since, time.time()) if since else None
+    with open_history(state_dir, cluster) as store:
+        latest = store.latest_of(node)
+        entries = store.node_history(node, since=start, limit=limit)
+        snaps = store.counters(node, since=start) if counters else []
+    if not latest and not entries:
+        raise InputError(f"no history for {node} in {store.path}")
+    if as_json:
+        echo_json(
+            {
+                "node": node,
+                "latest": {t: r.to_dict() for t, r in latest.items()},
+                "history": [e.to_dict() for e in entries],
+                "counters": [
+                    {"at": iso(s.at), "verdict": s.verdict, "counters": dict(s.counters)}
+                    for s in snaps
+                ],
+            }
+        )
+        return
+    for tier, row in sorted(latest.items()):
+        click.echo(
+            f"{node} {tier}: {row.verdict} at {iso(row.at)}"
+            + (f" ({row.signature})" if row.signature else "")
+            + (f" request {dict(row.request)}" if row.request else "")
+        )
+    for e in entries:
+        if e.event is None:
+            click.echo(
+                f"{iso(e.at)}  {e.tier:<8} {e.previous or '-'} -> {e.verdict}"
+                + (f"  {e.checks}" if e.checks else "")
+            )
+        else:
+            ev = e.event
+            what = " ".join(
+                x
+                for x in (
+                    ev.check,
+                    ev.action,
+                    f"code={ev.code}" if ev.code is not None else "",
+                    f"gpu={ev.gpu}" if ev.gpu is not None else "",
+                )
+                if x
+            )
+            click.echo(f"{iso(e.at)}  {ev.kind:<8} {what} {ev.detail}".rstrip())
+    for s in snaps:
+        moved = {k: v for k, v in s.counters.items() if v}
+        click.echo(f"{iso(s.at)}  counters {len(s.counters)} ({len(moved)} non-zero) {moved}")

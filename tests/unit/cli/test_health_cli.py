@@ -1,0 +1,109 @@
+"""``gpuforge health history|serve`` and ``gpuforge fleet status`` through the CLI runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuforge.cli import fleet as fleet_cli
+from gpuforge.cli import main
+from gpuforge.history import HistoryStore, history_path
+from gpuforge.inventory.render import write_cluster_inventory
+from gpuforge.slurm.control import SlurmClient
+from gpuforge.topology import load_cluster
+
+from ..conftest import LAB
+from ..history.records import T0, record
+from ..slurm.fake import FakeSlurm
+
+
+def run(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("c") / "lab"
+    write_cluster_inventory(load_cluster(LAB), root)
+    return root
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    xid = {"time": "2026-11-18T11:10:00Z", "gpu": 3, "event": "xid", "code": 79, "detail": "off"}
+    with HistoryStore.open(history_path(tmp_path, "lab")) as store:
+        for i in range(1, 7):  # gpu07 and gpu08 never report
+            store.ingest([record(f"gpu{i:02d}", at=T0)])
+        store.ingest([record("gpu03", at=T0 + 300, verdict="fail",
+                             failed=(("gpu.xid", "reboot"),), events=[xid])])  # fmt: skip
+        store.add_event("gpu03", "drain", at=T0 + 301, check="gpu.xid", action="reboot",
+                        source="health", detail="failed gpu.xid")  # fmt: skip
+    return tmp_path
+
+
+def test_history_lists_changes_and_events_newest_first(state: Path) -> None:
+    result = run("health", "history", "gpu03", "--state-dir", state)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("gpu03 passive: fail at")
+    kinds = [line.split()[1] for line in lines[1:]]
+    assert kinds == ["drain", "passive", "failure", "xid", "passive"]
+    assert "code=79 gpu=3" in result.output
+
+
+def test_history_json_and_since(state: Path) -> None:
+    result = run("health", "history", "gpu03", "--state-dir", state, "--json",
+                 "--since", "2026-11-18T11:10:01Z")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["latest"]["passive"]["verdict"] == "fail"
+    assert [h["kind"] for h in data["history"]] == ["drain", "verdict", "failure"]
+
+
+def test_history_of_an_unknown_node_is_bad_input(state: Path) -> None:
+    result = run("health", "history", "gpu99", "--state-dir", state)
+    assert result.exit_code == 2
+    assert "no history for gpu99" in result.output
+
+
+def test_a_corrupt_history_is_exit_2_and_left_alone(tmp_path: Path, cluster_dir: Path) -> None:
+    path = history_path(tmp_path, "lab")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage" * 1000)
+    for args in (
+        ("health", "history", "gpu01", "--state-dir", tmp_path),
+        ("health", "serve", "--inventory", cluster_dir, "--state-dir", tmp_path,
+         "--listen", "127.0.0.1:0", "--metrics-dir", tmp_path / "m"),
+        ("fleet", "status", "--inventory", cluster_dir, "--state-dir", tmp_path, "--no-slurm"),
+    ):  # fmt: skip
+        result = run(*args)
+        assert result.exit_code == 2, result.output
+        assert str(path) in result.output and "Traceback" not in result.output
+    assert path.read_bytes() == b"garbage" * 1000
+
+
+def test_fleet_status_groups_nodes(
+    state: Path, cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slurm = FakeSlurm({f"gpu{i:02d}": ("IDLE", "") for i in range(1, 9)})
+    slurm.nodes["gpu03"] = ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
+    slurm.nodes["gpu05"] = ("IDLE+DRAIN", "fan replaced, burn-in pending")
+    monkeypatch.setattr(fleet_cli, "slurm_client", lambda *_: SlurmClient(slurm, "ctl01"))
+    monkeypatch.setattr(fleet_cli.time, "time", lambda: T0 + 600)
+    result = run("fleet", "status", "--inventory", cluster_dir, "--state-dir", state)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "verdict   pass 5  warn 0  fail 1  error 0  no record 2" in out
+    assert "action    reboot     gpu03 (1)" in out
+    assert "by gpuforge gpu03 (1)" in out
+    assert "by operators gpu05 (1)" in out
+    assert "stale     gpu[07-08] (2)" in out
+    assert "gpu03" in out.splitlines()[-1] and "gpu.xid=fail:reboot" in out.splitlines()[-1]
+    assert len([c for c in slurm.calls if c[:2] == ["scontrol", "--oneliner"]]) == 1
+    result = run("fleet", "status", "--inventory", cluster_dir, "--state-dir", state, "--json")
+    data = json.loads(result.output)
+    assert data["counts"]["drained"] == {"gpuforge": 1, "operator": 1}
+    assert data["counts"]["stale"] == 2
