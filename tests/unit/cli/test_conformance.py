@@ -1,0 +1,109 @@
+"""``gpuforge conformance``: bad input exits 2 with nothing changed; report and history read the
+store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gpuforge.cli import main
+from gpuforge.history.conformance import ConformanceHistory, NodeResult
+from gpuforge.history.store import HistoryStore
+from gpuforge.resources import project_path
+
+SAMPLE = project_path("inventory", "sample")
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_unknown_cluster_exits_2(tmp_path: Path) -> None:
+    code, out = _invoke("conformance", "run", "nosuch", "--state-dir", str(tmp_path))
+    assert code == 2
+    assert "unknown cluster: inventory/nosuch" in out
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_level_exits_2(tmp_path: Path) -> None:
+    code, out = _invoke("conformance", "run", "--inventory", str(SAMPLE), "--level", "full")
+    assert code == 2
+    assert "'full' is not one of 'passive', 'quick', 'burnin'" in out
+
+
+def test_a_corrupt_history_database_exits_2_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "lab" / "history.db"
+    db.parent.mkdir()
+    db.write_bytes(b"this is not SQLite" * 50)
+    code, out = _invoke(
+        "conformance", "report", "--inventory", str(SAMPLE), "--state-dir", str(tmp_path)
+    )
+    assert code == 2
+    assert "history.db" in out and "not a readable gpuforge history database" in out
+    assert db.read_bytes() == b"this is not SQLite" * 50
+
+
+def _seed(state: Path) -> None:
+    store = HistoryStore.open(state / "lab" / "history.db")
+    hist = ConformanceHistory(store)
+    first = hist.begin("quick", 8, at=1_795_000_000.0)
+    hist.add(
+        first.id,
+        [
+            NodeResult(
+                "gpu01",
+                "fail",
+                "conformance.drift",
+                (("conformance.drift", "fail", "quarantine"),),
+                (("service", "nvidia-dcgm", "active", "not active"),),
+            )
+        ]
+        + [NodeResult(f"gpu0{i}", "pass") for i in range(2, 9)],
+    )
+    hist.finish(first.id, "complete", at=1_795_000_100.0)
+    second = hist.begin("quick", 8, at=1_795_086_400.0)
+    hist.add(second.id, [NodeResult(f"gpu0{i}", "pass") for i in range(1, 9)])
+    hist.finish(second.id, "complete", at=1_795_086_500.0)
+    store.close()
+
+
+def test_report_shows_what_was_fixed_and_exits_0(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    code, out = _invoke(
+        "conformance", "report", "--inventory", str(SAMPLE), "--state-dir", str(tmp_path),
+        "--report-dir", str(tmp_path / "reports"), "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["cleared"] == ["gpu01"]
+    assert data["drift_fixed"] == {
+        "gpu01": [
+            {"kind": "service", "item": "nvidia-dcgm", "desired": "active", "actual": "not active"}
+        ]
+    }
+    assert (tmp_path / "reports" / "lab" / "run-00002" / "report.html").is_file()
+
+
+def test_report_of_the_failing_run_exits_1(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    code, out = _invoke(
+        "conformance", "report", "--inventory", str(SAMPLE), "--state-dir", str(tmp_path),
+        "--report-dir", str(tmp_path / "reports"), "--run", "1",
+    )  # fmt: skip
+    assert code == 1
+    assert "new failures: gpu01" in out
+    assert "gpu01 service nvidia-dcgm: desired 'active', actual 'not active'" in out
+
+
+def test_node_history_newest_first(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    code, out = _invoke(
+        "conformance", "history", "gpu01", "--cluster", "lab", "--state-dir", str(tmp_path)
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert "run 2 quick: pass" in lines[0]
+    assert "run 1 quick: fail conformance.drift service nvidia-dcgm" in lines[1]
