@@ -150,12 +150,10 @@ def remediate(
 
 
 def _act(inventory: Path, run_dir: Path, record: Path) -> rem.ActFn:
-    sources = InventoryDir.open(inventory).sources
-
     def act(nodes: Sequence[str], action: str) -> Mapping[str, str]:
         result = run_playbook(
             "remediate.yml",
-            sources,
+            InventoryDir.open(inventory).sources,
             limit=",".join(nodes),
             extravars={"remediate_action": action},
             artifact_dir=run_dir / "ansible" / action,
