@@ -201,7 +201,7 @@ class _Reader:
             probe = probe.rpartition(".")[0]
         line = self.lines.get(probe)
         where = f"{self.source}:{line}" if line else self.source
-        return InputError(f"{where}: {path}: {why}")
+        return InputError(f"{where}: {path or '(top level)'}: {why}")
 
     def mapping(self, value: object, path: str, known: tuple[str, ...]) -> dict[str, Any]:
         if value is None:

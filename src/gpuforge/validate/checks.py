@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuforge.validate.parsers.dcgmi import DcgmDiag
 from gpuforge.validate.parsers.ibstat import IbstatReport
 from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
 from gpuforge.validate.parsers.nvidia_smi_csv import NvidiaSmiCsv
@@ -458,3 +459,83 @@ def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
             k, v = line.split(sep, 1)
             out[k.strip()] = v.strip()
     return out
+
+
+def counter_growth(
+    deltas: Mapping[str, float], maxima: Mapping[str, int], *, window_s: float
+) -> Outcome:
+    """Each error counter grew by at most its maximum within the window.
+
+    ``deltas`` maps a counter key ending in the counter's name (``ib/mlx5_0/1/symbol_error``) to
+    its growth within ``window_s``; ``maxima`` maps the name to the most it may grow. A counter
+    without a maximum is reported, never judged.
+    """
+    over = []
+    for key, delta in sorted(deltas.items()):
+        name = key.rsplit("/", 1)[-1]
+        limit = maxima.get(name, maxima.get(key))
+        if limit is not None and delta > limit:
+            over.append(f"{key} +{delta:g} > {limit}")
+    window = f"{window_s / 3600:g} h" if window_s >= 3600 else f"{window_s:g} s"
+    grown = sum(1 for d in deltas.values() if d > 0)
+    measured = "; ".join(over) or f"{grown} of {len(deltas)} counters grew, none over its maximum"
+    expected = f"growth within {window} at most " + ", ".join(
+        f"{k}={v}" for k, v in sorted(maxima.items())
+    )
+    detail = "error counters grew faster than allowed" if over else ""
+    return Outcome(not over, measured, expected, detail)
+
+
+def pinned_version(measured: str | None, expected: str) -> Outcome:
+    """An installed version matches its pin: equal, or the pin followed by ``.``, ``-`` or ``+``.
+
+    A pin names as much of the version as the site fixes: ``22.05`` accepts ``22.05.8-4``,
+    ``2.21.5`` accepts ``2.21.5-1+cuda12.4``; ``2.21`` does not accept ``2.210.0``. The Debian
+    epoch (``1:``) is ignored.
+    """
+    got = (measured or "").strip()
+    base = got.split(":", 1)[-1] if re.match(r"^\d+:", got) else got
+    ok = bool(got) and (
+        base == expected or base.startswith((expected + ".", expected + "-", expected + "+"))
+    )
+    return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
+
+
+def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str]) -> Outcome:
+    """Every pinned component's installed version matches (:func:`pinned_version`)."""
+    bad = []
+    seen = []
+    for key in sorted(pins):
+        got = measured.get(key)
+        seen.append(f"{key}={got or 'absent'}")
+        if not pinned_version(got, pins[key]).ok:
+            bad.append(f"{key} {got or 'absent'} != {pins[key]}")
+    return Outcome(
+        not bad,
+        ", ".join(seen),
+        ", ".join(f"{k}={v}" for k, v in sorted(pins.items())),
+        "; ".join(bad),
+    )
+
+
+def services_active(states: Mapping[str, str]) -> Outcome:
+    """Every service's ``systemctl is-active`` state is ``active``."""
+    bad = [f"{name} {state}" for name, state in states.items() if state != "active"]
+    measured = ", ".join(f"{n}={s}" for n, s in states.items())
+    return Outcome(not bad, measured, "all active", "; ".join(bad))
+
+
+def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
+    """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``."""
+    failed = list(diag.failed)
+    warned = [t for t in diag.tests if t.status == "Warn"]
+    measured = ", ".join(f"{t.name}={t.status}" for t in diag.tests)
+    if failed or diag.errors:
+        said = [m for t in failed for m in t.errors[:2]] + list(diag.errors[:2])
+        detail = "failed: " + ", ".join(t.name for t in failed)
+        return Outcome(False, measured, "every test Pass or Skip", "; ".join([detail, *said]))
+    if warned:
+        said = [m for t in warned for m in t.warnings[:2]]
+        detail = "warnings: " + "; ".join(said or [t.name for t in warned])
+        return Outcome(False, measured, "every test Pass or Skip", detail, warn_only=True)
+    return Outcome(True, measured, "every test Pass or Skip")

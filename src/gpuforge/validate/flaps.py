@@ -123,3 +123,36 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
             warn_only=True,
         )
     return Outcome(True, measured, expected)
+
+
+#: gpud's "drop": a port down for longer than this without coming back.
+DROP_AFTER = timedelta(minutes=4)
+
+
+def dropped(
+    events: Sequence[LinkEvent],
+    netdev: str,
+    *,
+    now: datetime,
+    down_s: float = DROP_AFTER.total_seconds(),
+) -> Outcome:
+    """The port's last event is a ``Link down`` older than ``down_s`` (gpud's drop: > 4 min).
+
+    A port that went down moments ago may be retraining; one still down after ``down_s`` has
+    dropped off the fabric. An undated ``Link down`` is not judged (its age is unknown).
+    """
+    last = next((e for e in reversed(events) if e.netdev == netdev), None)
+    limit = f"{down_s:g} s"
+    if last is None or last.up or last.time is None:
+        return Outcome(
+            True, "up" if last is None or last.up else "down (undated)", f"not down > {limit}"
+        )
+    age = (now - last.time).total_seconds()
+    if age > down_s:
+        return Outcome(
+            False,
+            f"down for {age:.0f} s",
+            f"not down > {limit}",
+            f"{netdev} went down at {last.time.isoformat()} and has not come back (gpud: drop)",
+        )
+    return Outcome(True, f"down for {age:.0f} s", f"not down > {limit}")

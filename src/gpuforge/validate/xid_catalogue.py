@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,10 +280,17 @@ def load(path: Path | None = None) -> XidCatalogue:
     problem: an unknown action, a severity that does not fit its action, a missing source, a
     code listed twice.
     """
+    packaged = path is None
     path = path or CATALOGUE_PATH
     reader = _Reader(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if packaged:
+            # Through the package loader: the node checker runs from a zipapp (no file path).
+            raw = pkgutil.get_data(__package__ or "gpuforge.validate", "data/xid_catalogue.yaml")
+            text = (raw or b"").decode("utf-8")
+        else:
+            text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the Xid catalogue: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -1,0 +1,89 @@
+"""Build ``gpuforge-node.pyz``: the node checker as one zipapp, run by the node's ``python3``.
+
+The archive holds exactly the modules the node needs (:data:`MODULES`, package-relative paths
+under ``src/gpuforge``) and the Xid catalogue's data file, read through the package loader so it
+works from inside the zip. Nodes need only Python 3.11 and PyYAML (Debian's python3-yaml): no
+pip, no network. ``python -m gpuforge.node.bundle OUT`` is what the health role runs on the
+controller; a unit test imports every module from the archive with ``python3 -I``.
+"""
+
+from __future__ import annotations
+
+import sys
+import zipapp
+import zipfile
+from pathlib import Path
+
+NAME = "gpuforge-node.pyz"
+SRC = Path(__file__).resolve().parents[1]  # src/gpuforge
+INTERPRETER = "/usr/bin/python3"
+
+#: What the node imports, relative to src/gpuforge (DAY2.md, "Where code lives").
+MODULES = (
+    "__init__.py",
+    "errors.py",
+    "validate/__init__.py",
+    "validate/checks.py",
+    "validate/flaps.py",
+    "validate/result.py",
+    "validate/xid_catalogue.py",
+    "validate/data/xid_catalogue.yaml",
+    "validate/parsers/*.py",
+    "node/*.py",
+)
+
+_MAIN = """\
+import sys
+
+from gpuforge.node.__main__ import main
+
+sys.exit(main())
+"""
+
+
+def files() -> list[Path]:
+    """Every source file the archive holds, relative to src/gpuforge (the bundler excluded)."""
+    out: list[Path] = []
+    for pattern in MODULES:
+        found = sorted(SRC.glob(pattern))
+        if not found:
+            raise FileNotFoundError(f"{SRC / pattern}: missing from the source tree")
+        out += [p.relative_to(SRC) for p in found if p.name != "bundle.py"]
+    return out
+
+
+def build(out: Path) -> Path:
+    """Write ``out/gpuforge-node.pyz`` (``out`` may also be the archive's path) and return it."""
+    target = out if out.suffix == ".pyz" else out / NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for rel in files():
+            # A fixed timestamp: the same sources give the same archive (the role's `copy`
+            # then reports no change).
+            info = zipfile.ZipInfo(f"gpuforge/{rel.as_posix()}", date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, (SRC / rel).read_bytes())
+        main = zipfile.ZipInfo("__main__.py", date_time=(2020, 1, 1, 0, 0, 0))
+        main.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(main, _MAIN)
+    zipapp.create_archive(tmp, target, interpreter=INTERPRETER)
+    tmp.unlink()
+    target.chmod(0o755)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuforge.node.bundle OUT``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m gpuforge.node.bundle OUT_DIR_OR_FILE.pyz\n")
+        return 2
+    path = build(Path(args[0]))
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

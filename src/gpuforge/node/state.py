@@ -1,0 +1,115 @@
+"""``state.json``: what one run leaves for the next (streaks, kernel-log cursor, counter samples).
+
+Written atomically (a temporary file renamed over the old one), so a run killed mid-write (slurmd
+kills HealthCheckProgram at 60 s) leaves the previous state whole. A state file that cannot be
+read is replaced by a fresh one: losing streaks delays a drain by ``fail_after`` runs, it never
+causes one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_SCHEMA = 1
+
+
+@dataclass
+class Streak:
+    """One check's hysteresis: consecutive FAILs, consecutive non-FAILs, and whether it holds a
+    drain request (latched after ``fail_after`` FAILs, released after ``pass_after`` passes)."""
+
+    fails: int = 0
+    passes: int = 0
+    latched: bool = False
+    action: str | None = None
+    last: str = "skip"
+
+
+@dataclass
+class State:
+    """Everything the node checker remembers between runs."""
+
+    boot_id: str = ""
+    #: ISO time of the newest kernel-log line the passive tier has judged.
+    kmsg_cursor: str | None = None
+    streaks: dict[str, Streak] = field(default_factory=dict)
+    #: Kernel-log lines of Xids that drain, kept until the node reboots or ``health clear``.
+    sticky_xids: list[str] = field(default_factory=list)
+    #: ``{counter key: [[epoch, value], ...]}`` samples inside the counters' window.
+    counters: dict[str, list[list[float]]] = field(default_factory=dict)
+    #: A drain was requested and not yet lifted: the next clean runs ask for a resume.
+    resume_pending: bool = False
+    spool_dropped: int = 0
+    #: Why the previous state was discarded (corrupt file), reported once in the record.
+    note: str = ""
+
+    def streak(self, check: str) -> Streak:
+        """The streak of ``check`` (created empty)."""
+        return self.streaks.setdefault(check, Streak())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "schema": STATE_SCHEMA,
+            "boot_id": self.boot_id,
+            "kmsg_cursor": self.kmsg_cursor,
+            "streaks": {k: vars(v) for k, v in sorted(self.streaks.items())},
+            "sticky_xids": self.sticky_xids,
+            "counters": self.counters,
+            "resume_pending": self.resume_pending,
+            "spool_dropped": self.spool_dropped,
+        }
+
+
+def load(path: Path) -> State:
+    """The state at ``path``; a fresh one when it is absent or unreadable (with a note)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return State()
+    except (OSError, ValueError) as exc:
+        return State(note=f"{path}: unreadable, started afresh ({exc})")
+    try:
+        if data.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}")
+        return State(
+            boot_id=str(data.get("boot_id") or ""),
+            kmsg_cursor=data.get("kmsg_cursor"),
+            streaks={str(k): Streak(**v) for k, v in (data.get("streaks") or {}).items()},
+            sticky_xids=[str(x) for x in data.get("sticky_xids") or []],
+            counters={
+                str(k): [[float(t), float(v)] for t, v in samples]
+                for k, samples in (data.get("counters") or {}).items()
+            },
+            resume_pending=bool(data.get("resume_pending")),
+            spool_dropped=int(data.get("spool_dropped") or 0),
+        )
+    except (AttributeError, TypeError, ValueError) as exc:
+        return State(note=f"{path}: unreadable, started afresh ({exc})")
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), mode)
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+def save(path: Path, state: State) -> None:
+    """Write ``state`` to ``path`` atomically."""
+    write_atomic(path, json.dumps(state.to_dict(), indent=1, sort_keys=True) + "\n")
