@@ -142,16 +142,10 @@ _XID_ALERTS = {
     Action.INSPECT: "GpuXidInspect",
     Action.RMA: "GpuXidRma",
 }
-#: Checks that have an alert of their own; GpuforgeHealthCheckFailed covers the rest.
+#: Checks that have an alert of their own (a regex); GpuforgeHealthCheckFailed covers the rest.
 _DEDICATED_CHECKS = (
-    "gpu.ecc_uncorrectable",
-    "gpu.row_remap",
-    "gpu.nvlink",
-    "fabric.port",
-    "fabric.flaps",
-    "fabric.counters",
-    "fabric.roce_pfc",
-    "conformance.drift",
+    "gpu[.](ecc_uncorrectable|row_remap|nvlink)|fabric[.](port|flaps|counters|roce_pfc)"
+    "|conformance[.]drift"
 )
 
 
@@ -362,7 +356,7 @@ def alerts(cat: XidCatalogue | None = None) -> list[Alert]:
         ),
         Alert(
             "GpuforgeHealthCheckFailed",
-            f'(gpuforge_health_check_status{{check!~"{"|".join(_DEDICATED_CHECKS)}"}} == 2) '
+            f'(gpuforge_health_check_status{{check!~"{_DEDICATED_CHECKS}"}} == 2) '
             "unless on(node, check) (gpuforge_health_check_shadow == 1)",
             "warning",
             "Health check {{ $labels.check }} fails on {{ $labels.node }} "
@@ -576,6 +570,10 @@ def spec_records(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 class _Dumper(yaml.SafeDumper):
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:  # noqa: ARG002
+        # Indented block sequences, as yamllint's default expects.
+        super().increase_indent(flow, False)
+
     def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - yaml's hook
         return True
 
