@@ -311,7 +311,8 @@ def back_cmd(*, node: str, inventory: Path, state_dir: Path, as_json: bool) -> N
     if action.action == "drain":
         click.echo(
             f"{node}: part back; drained {action.reason}: validate it like a new node "
-            f"(gpuforge deploy --only {node} --redo, or gpuforge validate --drain --limit {node})"
+            f"(gpuforge deploy SPEC --phase N --only {node} --redo, or gpuforge validate --drain "
+            f"--level full --limit {node})"
         )
     else:
         click.echo(f"{node}: part back; left as it is: {action.detail}")

@@ -21,7 +21,8 @@ secret that reached a tool's output or a report does not leave with the part.
 :func:`mark_out` and :func:`mark_back` record the part leaving (with the ticket) and returning in
 the history store; a returned node is drained ``gpuforge:join:validate``
 (:data:`gpuforge.admission.JOIN_REASON`) through admission, so it goes through the same admission
-tiers as a new node (``gpuforge deploy --only NODE --redo`` or ``gpuforge validate --drain``).
+tiers as a new node (``gpuforge deploy SPEC --phase N --only NODE --redo``, or ``gpuforge validate
+--drain``).
 """
 
 from __future__ import annotations
