@@ -16,6 +16,7 @@ import hostlist
 
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, slurm_client, via_option
+from gpuforge.health import fleet_html
 from gpuforge.health.fleet import (
     DEFAULT_INTERVAL_S,
     NO_RECORD,
@@ -133,6 +134,17 @@ def fleet() -> None:
     show_default=True,
     help="Failing nodes listed one per line.",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Also write the rack/leaf heat map page (self-contained HTML) to this file.",
+)
+@click.option(
+    "--prometheus",
+    metavar="URL",
+    help="Prometheus to read rack power vs budget from, for --html (e.g. http://ctl01:9090).",
+)
 @json_option
 def status_cmd(  # noqa: PLR0917 - one parameter per CLI option
     cluster: str | None,
@@ -142,16 +154,21 @@ def status_cmd(  # noqa: PLR0917 - one parameter per CLI option
     no_slurm: bool,
     interval: float,
     limit: int,
+    html_path: Path | None,
+    prometheus: str | None,
     as_json: bool,
 ) -> None:
     """Nodes by verdict and action, drained by gpuforge or operators, stale nodes."""
+    root = cluster_dir(cluster, inventory)
     status = load_status(
-        cluster_dir(cluster, inventory),
+        root,
         state_dir,
         via=via,
         read_slurm=not no_slurm,
         interval_s=interval,
     )
+    if html_path is not None:
+        fleet_html.write_page(html_path, status, Fleet.load(root), prometheus)
     if as_json:
         echo_json(status.to_dict())
         return
