@@ -222,12 +222,14 @@ def alerts(cat: XidCatalogue | None = None) -> list[Alert]:
         ),
         Alert(
             "GpuRowRemapPending",
+            "DCGM_FI_DEV_ROW_REMAP_PENDING > 0 or "
             "increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS[1h]) > 0 or "
             + _check("gpu.row_remap"),
             "critical",
             f"{_GPU} on {_WHERE} has a memory row remap pending a GPU reset",
-            "A row was remapped for an uncorrectable error; the remap takes effect at the next "
-            "GPU reset.",
+            "DCGM reports a row remap pending (DCGM_FI_DEV_ROW_REMAP_PENDING, field 396), a row "
+            "was remapped for an uncorrectable error in the last hour, or the node's gpu.row_remap "
+            "check failed; the remap takes effect at the next GPU reset.",
             labels={"action": "reset_gpu"},
         ),
         Alert(
