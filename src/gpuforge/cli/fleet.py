@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import hostlist
 
+from gpuforge.cli import fleet_risk
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, slurm_client, via_option
 from gpuforge.health import fleet_html
@@ -174,3 +175,7 @@ def status_cmd(  # noqa: PLR0917 - one parameter per CLI option
         return
     for line in render_text(status, limit):
         click.echo(line)
+
+
+fleet.add_command(fleet_risk.export_history)
+fleet.add_command(fleet_risk.risk)

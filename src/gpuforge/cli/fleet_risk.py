@@ -1,0 +1,378 @@
+"""``gpuforge fleet export-history`` and ``gpuforge fleet risk`` (docs/predictive.md).
+
+``export-history`` writes the state store's history in the documented JSON Lines format;
+``risk`` reads a history (a file, the store, or Prometheus), ranks the nodes with reasons,
+reports facility findings, and optionally drains the top nodes (``--drain-top``) or scores past
+predictions (``--scorecard``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import click
+import hostlist
+
+from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
+from gpuforge.errors import InputError
+from gpuforge.health.decide import DecisionPolicy
+from gpuforge.health.fleet import Fleet
+from gpuforge.history.store import HistoryStore
+from gpuforge.predict import act
+from gpuforge.predict.history import (
+    History,
+    OnError,
+    format_time,
+    parse_time,
+    read_history,
+    read_lines,
+    write_history,
+)
+from gpuforge.predict.score import RiskReport, score_history
+from gpuforge.predict.signals import Window
+from gpuforge.predict.sources import from_prometheus, from_store
+
+_DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd])$")
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s`` in seconds; InputError naming ``option`` otherwise."""
+    match = _DURATION.match(text.strip())
+    if match is None or float(match["n"]) <= 0:
+        raise InputError(f"{option}: {text!r} is not a duration like 7d, 12h, 30m or 90s")
+    return float(match["n"]) * _UNITS[match["unit"]]
+
+
+def _labels(root: Path | None) -> tuple[str | None, dict[str, dict[str, str]], Fleet | None]:
+    """The cluster name, rack/leaf labels per node, and the fleet, from the inventory if any."""
+    if root is None:
+        return None, {}, None
+    fleet = Fleet.load(root)
+    labels: dict[str, dict[str, str]] = {}
+    for node in fleet.nodes:
+        tags = {}
+        rack = fleet.placement.get(node, {}).get("rack")
+        if rack:
+            tags["rack"] = str(rack)
+        if fleet.leaves.get(node):
+            tags["leaf"] = fleet.leaves[node]
+        labels[node] = tags
+    return fleet.name, labels, fleet
+
+
+def _root(cluster: str | None, inventory: Path | None, *, required: bool) -> Path | None:
+    if cluster is None and inventory is None and not required:
+        return None
+    return cluster_dir(cluster, inventory)
+
+
+@click.command("export-history")
+@click.argument("cluster", required=False)
+@inventory_option
+@state_option
+@click.option("--since", default="30d", show_default=True, help="How far back (e.g. 30d, 12h).")
+@click.option(
+    "--out",
+    "out_path",
+    default="-",
+    show_default=True,
+    help="File to write (JSON Lines; - for stdout).",
+)
+def export_history(
+    cluster: str | None, inventory: Path | None, state_dir: Path, since: str, out_path: str
+) -> None:
+    """Write the state store's history in gpuforge's history format (docs/predictive.md)."""
+    root = _root(cluster, inventory, required=False)
+    name, labels, _ = _labels(root)
+    start = time.time() - parse_duration(since, "--since")
+    with open_history(state_dir, name or cluster) as store:
+        history = from_store(store, since=start, labels=labels, source=str(store.path))
+    if out_path == "-":
+        lines = write_history(history, sys.stdout)
+    else:
+        target = Path(out_path)
+        tmp = target.with_name(target.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            lines = write_history(history, handle)
+        tmp.replace(target)
+    click.echo(
+        f"exported {lines} lines: {len(history.series)} series, {len(history.events)} events",
+        err=True,
+    )
+
+
+def _read_file(path: str, on_error: OnError) -> History:
+    if path == "-":
+        return read_lines(sys.stdin, source="<stdin>", on_error=on_error)
+    return read_history(Path(path), on_error=on_error)
+
+
+def _echo_report(report: RiskReport, limit: int, out: IO[str] | None = None) -> None:
+    def say(line: str) -> None:
+        click.echo(line, file=out)
+
+    scored, thin = report.ranked, report.insufficient
+    at_risk = [r for r in scored if r.score > 0]
+    say(
+        f"fleet risk at {format_time(report.at)} (window {_dur(report.window_s)}, horizon "
+        f"{_dur(report.horizon_s)}) from {report.source or '-'}: {len(scored)} nodes scored, "
+        f"{len(at_risk)} with findings, {len(thin)} with too little data"
+        + (f", {report.skipped_lines} malformed lines skipped" if report.skipped_lines else "")
+    )
+    for rank, risk in enumerate(at_risk[:limit], start=1):
+        say(f"{rank:>4}  {risk.node:<14} {risk.score:5.2f}  {risk.top_signal}")
+        for f in risk.findings:
+            say(f"        {f.signal:<22} {f.subject:<10} {f.detail}")
+    if len(at_risk) > limit:
+        say(f"      ... {len(at_risk) - limit} more nodes with findings (--limit, --json)")
+    for g in report.groups:
+        nodes = hostlist.collect_hostlist(list(g.nodes))
+        say(f"facility  {g.kind} {g.scope} {g.group}: {g.detail} [{nodes}]")
+    if thin:
+        nodes = hostlist.collect_hostlist([r.node for r in thin])
+        say(f"too little data ({len(thin)}, not scored, not safe): {nodes}")
+        for risk in thin[:limit]:
+            say(f"        {risk.node}: {risk.note}")
+
+
+def _dur(seconds: float) -> str:
+    for unit in ("d", "h", "m"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@click.command("risk")
+@click.argument("cluster", required=False)
+@inventory_option
+@state_option
+@click.option("--history", "history_file", metavar="FILE", help="History file (- for stdin).")
+@click.option("--from-store", is_flag=True, help="Read the cluster's state store.")
+@click.option("--prometheus", metavar="URL", help="Prometheus base URL (range queries).")
+@click.option(
+    "--on-error",
+    type=click.Choice(["skip", "fail"]),
+    default="fail",
+    show_default=True,
+    help="A malformed history line: refuse the file (exit 2) or skip it (counted, reported).",
+)
+@click.option(
+    "--at",
+    "at_text",
+    metavar="TIME",
+    help="Score as of TIME (RFC 3339; default: now, or the end of a history file).",
+)
+@click.option("--window", default="7d", show_default=True, help="Look-back window.")
+@click.option("--horizon", default="7d", show_default=True, help="Prediction horizon.")
+@click.option("--step", default="5m", show_default=True, help="Prometheus query step.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds per Prometheus query.")  # fmt: skip
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Nodes listed in the text output.")  # fmt: skip
+@click.option("--drain-top", type=click.IntRange(min=1), help="Drain the N top nodes (idle only).")
+@click.option("--include-busy", is_flag=True, help="With --drain-top: drain busy nodes too (they "
+              "leave service when their job ends).")  # fmt: skip
+@click.option(
+    "--min-score",
+    type=click.FloatRange(0, 1),
+    default=act.MIN_DRAIN_SCORE,
+    show_default=True,
+    help="With --drain-top: never drain below this score.",
+)
+@click.option("--via", metavar="HOST", help="Run scontrol on HOST over SSH (the controller).")
+@click.option("--shadow", is_flag=True, help="With --drain-top: decide and record, change nothing.")
+@click.option(
+    "--max-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.01,
+    show_default=True,
+    help="Circuit breaker: most of the fleet drained per window.",
+)
+@click.option("--scorecard", is_flag=True, help="Report the precision of past predictions.")
+@json_option
+def risk(  # noqa: PLR0917 - one parameter per CLI option
+    cluster: str | None,
+    inventory: Path | None,
+    state_dir: Path,
+    history_file: str | None,
+    from_store: bool,
+    prometheus: str | None,
+    on_error: OnError,
+    at_text: str | None,
+    window: str,
+    horizon: str,
+    step: str,
+    timeout: float,
+    limit: int,
+    drain_top: int | None,
+    include_busy: bool,
+    min_score: float,
+    via: str | None,
+    shadow: bool,
+    max_fraction: float,
+    scorecard: bool,
+    as_json: bool,
+) -> None:
+    """Rank the nodes most likely to fail within the horizon, with reasons.
+
+    Exactly one source: --history FILE, --from-store, or --prometheus URL. Nodes with too little
+    data are listed as such; a rack warming together is a facility finding, not N nodes.
+    """
+    sources = [s for s in (history_file, from_store or None, prometheus) if s]
+    if len(sources) != 1:
+        raise InputError("give exactly one of --history FILE, --from-store, --prometheus URL")
+    window_s = parse_duration(window, "--window")
+    horizon_s = parse_duration(horizon, "--horizon")
+    at = _at(at_text)
+    root = _root(cluster, inventory, required=from_store or drain_top is not None)
+    name, labels, fleet = _labels(root)
+    history = _load(
+        history_file, prometheus, state_dir, name, labels, at, window_s,
+        on_error=on_error, step_s=parse_duration(step, "--step"), timeout=timeout,
+    )  # fmt: skip
+    if at is None:
+        at = history.end if history_file and history.end is not None else time.time()
+    if scorecard:
+        card = act.scorecard(history.events, now=at, horizon_s=horizon_s)
+        _echo_scorecard(card, as_json)
+        return
+    report = score_history(history, Window(at, window_s), horizon_s=horizon_s)
+    for line in history.skipped:
+        click.echo(f"warning: {history.source}: {line} (skipped)", err=True)
+    outcomes: list[act.DrainOutcome] = []
+    if drain_top is not None and fleet is not None and root is not None:
+        outcomes = _drain(report, fleet, top=drain_top, state_dir=state_dir, root=root, via=via,
+                          include_busy=include_busy, min_score=min_score, shadow=shadow,
+                          max_fraction=max_fraction)  # fmt: skip
+    if as_json:
+        data = report.to_dict()
+        if drain_top is not None:
+            data["drains"] = [o.to_dict() for o in outcomes]
+        echo_json(data)
+        return
+    _echo_report(report, limit)
+    for o in outcomes:
+        click.echo(f"drain-top {o.node}: {o.action} {o.reason} ({o.detail})")
+
+
+def _load(  # noqa: PLR0917 - the sources' inputs
+    history_file: str | None,
+    prometheus: str | None,
+    state_dir: Path,
+    cluster: str | None,
+    labels: dict[str, dict[str, str]],
+    at: float | None,
+    window_s: float,
+    *,
+    on_error: OnError,
+    step_s: float,
+    timeout: float,
+) -> History:
+    """The history from the one source given, with the inventory's labels filled in."""
+    end = at if at is not None else time.time()
+    if history_file:
+        history = _read_file(history_file, on_error)
+    elif prometheus:
+        history = from_prometheus(
+            prometheus, start=end - window_s, end=end, step_s=step_s, timeout=timeout
+        )
+    else:
+        with open_history(state_dir, cluster) as store:
+            history = from_store_history(store, end - window_s, at, labels)
+    for node, tags in labels.items():
+        for key, value in tags.items():
+            history.labels.setdefault(node, {}).setdefault(key, value)
+    return history
+
+
+def from_store_history(
+    store: HistoryStore, start: float, at: float | None, labels: dict[str, dict[str, str]]
+) -> History:
+    """The store's history in the window (counters and events)."""
+    return from_store(store, since=start, until=at, labels=labels, source=str(store.path))
+
+
+def _at(text: str | None) -> float | None:
+    if text is None or text == "now":
+        return None if text is None else time.time()
+    try:
+        return parse_time(text, "--at")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _drain(
+    report: RiskReport,
+    fleet: Fleet,
+    *,
+    top: int,
+    state_dir: Path,
+    root: Path,
+    via: str | None,
+    include_busy: bool,
+    min_score: float,
+    shadow: bool,
+    max_fraction: float,
+) -> list[act.DrainOutcome]:
+    cluster = fleet.name
+    admission = Admission(
+        slurm_client(via, root),
+        AdmissionRecord(record_path(state_dir, cluster)),
+        source="predict",
+        breaker=DecisionPolicy(max_fraction=max_fraction).breaker(
+            {n: fleet.leaves.get(n, "") for n in fleet.nodes}
+        ),
+        shadow=shadow,
+    )
+    store_path = state_dir / cluster / "history.db"
+
+    def record(outcome: act.DrainOutcome) -> None:
+        if not store_path.is_file():
+            return
+        with HistoryStore.open(store_path, create=False) as store:
+            store.add_event(
+                outcome.node,
+                "drain",
+                check=act.predicted_check(outcome.signal),
+                action=act.PREDICTED_ACTION,
+                source="predict",
+                detail=outcome.reason,
+            )
+
+    return act.drain_top(
+        report, admission, top, include_busy=include_busy, min_score=min_score, on_drained=record
+    )
+
+
+def _echo_scorecard(card: act.Scorecard, as_json: bool) -> None:
+    if as_json:
+        echo_json(card.to_dict())
+        return
+    counts = card.counts()
+    precision = card.precision()
+    shown = f"{precision:.0%}" if precision is not None else "n/a (none concluded yet)"
+    click.echo(
+        f"scorecard (horizon {_dur(card.horizon_s)}): {len(card.predictions)} predicted drains: "
+        f"{counts['confirmed']} confirmed, {counts['false_alarm']} false alarms, "
+        f"{counts['pending']} pending, {counts['no_outcome']} without outcome; precision {shown}"
+    )
+    for signal in sorted({p.signal for p in card.predictions}):
+        c = card.counts(signal)
+        p = card.precision(signal)
+        click.echo(
+            f"  {signal:<22} confirmed {c['confirmed']}  false alarms {c['false_alarm']}  "
+            f"precision {f'{p:.0%}' if p is not None else 'n/a'}"
+        )
+    for pred in card.predictions:
+        click.echo(
+            f"  {format_time(pred.time)} {pred.node:<14} {pred.signal:<22} {pred.outcome}"
+            + (f" ({pred.evidence})" if pred.evidence else "")
+        )

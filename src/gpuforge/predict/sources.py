@@ -1,0 +1,205 @@
+"""Where a fleet history comes from besides a file: the state store, and Prometheus.
+
+The store (:mod:`gpuforge.history`) keeps each node's counters at most hourly, and only when
+they moved; its counter keys (``gpu/<i>/ecc_sbe_volatile``, ``ib/<device>/<port>/symbol_error``)
+become samples under dcgm-exporter's and node_exporter's names (:data:`STORE_METRICS`). Its
+events (Xids, drains, resumes, remediations, RMAs, failures) become history events.
+
+Prometheus is asked one ``/api/v1/query_range`` per metric the scorer reads
+(:data:`gpuforge.predict.score.METRICS`, plus ``DCGM_FI_DEV_XID_ERRORS`` whose changes to a
+non-zero code become Xid events). A series' node is its ``node`` label (the file_sd label of
+docs/monitoring.md), else the host part of ``instance``; its GPU the ``gpu`` label; its port
+``device/port``; its ``rack``, ``leaf`` and ``node_type`` labels become the node's labels.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpuforge.admission import format_reason
+from gpuforge.errors import InputError, OperationError
+from gpuforge.history.store import Event as StoreEvent
+from gpuforge.history.store import HistoryStore
+from gpuforge.predict.history import EVENTS, LABELS, Event, History, SeriesKey
+from gpuforge.predict.score import METRICS
+
+#: Store counter name (the last part of ``gpu/<i>/<name>``) -> metric name.
+GPU_COUNTERS = {
+    "ecc_sbe_volatile": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "ecc_dbe_volatile": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "remapped_rows_correctable": "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "remapped_rows_uncorrectable": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "row_remap_failure": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "pcie_replay": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+}
+#: Store counter name (the last part of ``ib/<device>/<port>/<name>``, the sysfs counter file)
+#: -> node_exporter's infiniband collector metric.
+IB_COUNTERS = {
+    "symbol_error": "node_infiniband_symbol_error_total",
+    "link_downed": "node_infiniband_link_downed_total",
+    "port_rcv_errors": "node_infiniband_port_errors_received_total",
+    "port_xmit_discards": "node_infiniband_port_discards_transmitted_total",
+}
+STORE_METRICS = {**GPU_COUNTERS, **IB_COUNTERS}
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+_GPU_KEY = re.compile(r"^gpu/(?P<gpu>[0-9]+)/(?P<name>[a-z_]+)$")
+_IB_KEY = re.compile(r"^ib/(?P<device>[^/]+)/(?P<port>[^/]+)/(?P<name>[a-z_]+)$")
+
+
+def _sample_key(node: str, counter: str) -> SeriesKey | None:
+    match = _GPU_KEY.match(counter)
+    if match and match["name"] in GPU_COUNTERS:
+        return SeriesKey(node, GPU_COUNTERS[match["name"]], gpu=int(match["gpu"]))
+    match = _IB_KEY.match(counter)
+    if match and match["name"] in IB_COUNTERS:
+        port = f"{match['device']}/{match['port']}"
+        return SeriesKey(node, IB_COUNTERS[match["name"]], port=port)
+    return None
+
+
+def _event(e: StoreEvent) -> Event | None:
+    if e.kind not in EVENTS:
+        return None  # refused, hold: admission's bookkeeping, not the node's history
+    detail = e.detail
+    if e.kind == "drain" and e.check and e.action:
+        try:
+            detail = format_reason(e.check, e.action)
+        except InputError:
+            detail = e.detail
+    return Event(e.at, e.node, e.kind, e.gpu, e.code, detail)
+
+
+def from_store(
+    store: HistoryStore,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+    source: str = "store",
+) -> History:
+    """The history the store holds between ``since`` and ``until`` (counters and events)."""
+    history = History(source=source)
+    for node, tags in (labels or {}).items():
+        history.labels[node] = dict(tags)
+    points: dict[SeriesKey, list[tuple[float, float]]] = {}
+    for node in sorted(store.latest()):
+        for snap in store.counters(node, since=since):
+            if until is not None and snap.at > until:
+                break
+            for counter, value in snap.counters.items():
+                key = _sample_key(node, counter)
+                if key is not None and isinstance(value, int | float):
+                    points.setdefault(key, []).append((snap.at, float(value)))
+    for key, pairs in points.items():
+        pairs.sort()
+        history.series[key] = (
+            np.asarray([p[0] for p in pairs], dtype=np.float64),
+            np.asarray([p[1] for p in pairs], dtype=np.float64),
+        )
+    for e in store.events(since=since, until=until):
+        mapped = _event(e)
+        if mapped is not None:
+            history.events.append(mapped)
+    return history
+
+
+# -- Prometheus ---------------------------------------------------------------------------------
+
+
+def _get(url: str, timeout: float) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http(s) only
+            return json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", "replace")[:300]
+        raise OperationError(f"prometheus: HTTP {exc.code} for {url}: {body}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise OperationError(f"prometheus: {url}: {why}") from None
+    except ValueError as exc:
+        raise OperationError(f"prometheus: {url}: answer is not JSON ({exc})") from None
+
+
+def _node_of(labels: Mapping[str, str]) -> str | None:
+    if labels.get("node"):
+        return labels["node"]
+    instance = labels.get("instance", "")
+    return instance.rsplit(":", 1)[0] if instance else None
+
+
+def _prom_key(metric: str, labels: Mapping[str, str]) -> SeriesKey | None:
+    node = _node_of(labels)
+    if node is None:
+        return None
+    gpu = labels.get("gpu")
+    if gpu is not None and gpu.isdigit():
+        return SeriesKey(node, metric, gpu=int(gpu))
+    if labels.get("device") and labels.get("port"):
+        return SeriesKey(node, metric, port=f"{labels['device']}/{labels['port']}")
+    return SeriesKey(node, metric)
+
+
+def from_prometheus(
+    base_url: str,
+    *,
+    start: float,
+    end: float,
+    step_s: float = 300.0,
+    timeout: float = 30.0,
+    metrics: Iterable[str] = METRICS,
+) -> History:
+    """Range queries over the scorer's metrics between ``start`` and ``end``."""
+    parsed = urllib.parse.urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise InputError(f"--prometheus: {base_url!r} is not an http(s) URL")
+    root = base_url.rstrip("/")
+    history = History(source=root)
+    for metric in (*metrics, XID_METRIC):
+        query = urllib.parse.urlencode(
+            {"query": metric, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        )
+        answer = _get(f"{root}/api/v1/query_range?{query}", timeout)
+        if not isinstance(answer, dict) or answer.get("status") != "success":
+            error = answer.get("error") if isinstance(answer, dict) else answer
+            raise OperationError(f"prometheus: query {metric} failed: {error}")
+        for series in answer.get("data", {}).get("result", []):
+            _add_series(history, metric, series)
+    history.events.sort(key=lambda e: e.time)
+    return history
+
+
+def _add_series(history: History, metric: str, series: Mapping[str, Any]) -> None:
+    labels = {str(k): str(v) for k, v in dict(series.get("metric", {})).items()}
+    key = _prom_key(metric, labels)
+    if key is None:
+        return
+    tags = {k: labels[k] for k in LABELS if labels.get(k)}
+    if tags:
+        history.labels.setdefault(key.node, {}).update(tags)
+    values = series.get("values", [])
+    t = np.asarray([float(v[0]) for v in values], dtype=np.float64)
+    x = np.asarray([float(v[1]) for v in values], dtype=np.float64)
+    finite = np.isfinite(x)
+    t, x = t[finite], x[finite]
+    if metric == XID_METRIC:
+        # dcgm-exporter reports the last Xid as a gauge: each change to a non-zero code is one
+        changed = np.nonzero((x != 0) & (np.diff(x, prepend=0.0) != 0))[0]
+        for i in changed:
+            history.events.append(Event(float(t[i]), key.node, "xid", key.gpu, int(x[i])))
+        return
+    old = history.series.get(key)
+    if old is not None:  # the same node and subject from two exporters' series: merge
+        t = np.concatenate([old[0], t])
+        x = np.concatenate([old[1], x])
+        order = np.argsort(t, kind="stable")
+        t, x = t[order], x[order]
+    history.series[key] = (t, x)
