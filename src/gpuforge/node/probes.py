@@ -126,7 +126,7 @@ class Probe:
 
     def output(self, argv: Sequence[str], ok: Sequence[int] = (0,)) -> Output:
         """A command's output, run once per run."""
-        return self._once(" ".join(argv), lambda: self.runner.run(argv, ok=ok))
+        return self._once("$ " + " ".join(argv), lambda: self.runner.run(argv, ok=ok))
 
     def csv(self) -> tuple[nvidia_smi_csv.NvidiaSmiCsv, str]:
         """``nvidia-smi --query-gpu=... --format=csv``, parsed."""

@@ -64,8 +64,10 @@ class FakeNode:
 
 
 def _write(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "nccl.json").write_text(
+    (directory / "state").mkdir(parents=True, exist_ok=True)
+    # the nccl role's validator file of another schema sits beside and is not desired state
+    (directory / "nccl.json").write_text(json.dumps({"schema": 1, "settings": {}}))
+    (directory / "state" / "nccl.json").write_text(
         json.dumps(
             {
                 "schema": drift.EXPECTED_SCHEMA,
@@ -75,7 +77,7 @@ def _write(directory: Path) -> None:
             }
         )
     )
-    (directory / "dcgm.json").write_text(
+    (directory / "state" / "dcgm.json").write_text(
         json.dumps(
             {
                 "schema": drift.EXPECTED_SCHEMA,
@@ -151,8 +153,8 @@ def test_a_probe_that_cannot_run_is_an_error_not_drift(tmp_path: Path, node: Fak
 
 def test_a_corrupt_expected_file_is_an_error_naming_it(tmp_path: Path, node: FakeNode) -> None:
     _write(tmp_path)
-    (tmp_path / "broken.json").write_text("{not json")
-    (tmp_path / "bad.json").write_text(
+    (tmp_path / "state" / "broken.json").write_text("{not json")
+    (tmp_path / "state" / "bad.json").write_text(
         json.dumps({"schema": drift.EXPECTED_SCHEMA, "role": "x", "files": {"/a": "md5:1"}})
     )
     report = drift.run(tmp_path, node)
@@ -170,7 +172,8 @@ def test_slurm_node_settings_are_compared_with_the_node_line(tmp_path: Path) -> 
     fake.files["/etc/slurm/nodes.conf"] = (
         "NodeName=gpu[01-02,04] Gres=gpu:8 Features=h100,ib Weight=10\n"
     )
-    (tmp_path / "slurm.json").write_text(
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "slurm.json").write_text(
         json.dumps(
             {
                 "schema": drift.EXPECTED_SCHEMA,
