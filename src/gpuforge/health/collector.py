@@ -146,8 +146,9 @@ class Collector:
         self.metrics_dir = metrics_dir
         self.retention = retention or Retention()
         self.clock = clock
-        self._writer: _Batcher[dict[str, Any], int] = _Batcher("history-writer", self._store,
-                                                              max_batch)  # fmt: skip
+        self._writer: _Batcher[tuple[dict[str, Any], str], int] = _Batcher(
+            "history-writer", self._store, max_batch
+        )
         self._decider: _Batcher[dict[str, Any], Decision] = _Batcher(
             "decider", self.decider.decide, max_batch
         )
@@ -169,8 +170,9 @@ class Collector:
         self._decider.stop()
         self._ticker.join(timeout=30)
 
-    def _store(self, records: list[dict[str, Any]]) -> list[int]:
-        self.store.ingest(records, received=self.clock())
+    def _store(self, items: list[tuple[dict[str, Any], str]]) -> list[int]:
+        records = [r for r, _ in items]
+        self.store.ingest(records, received=self.clock(), texts=[t for _, t in items])
         now = self.clock()
         if now - self._pruned >= 3600:
             self._pruned = now
@@ -197,7 +199,7 @@ class Collector:
                 {"error": f"a record for {node} is accepted only from {node}'s management address"},
             )
         try:
-            self._writer.submit(record).result(timeout=STORE_WAIT_S)
+            self._writer.submit((record, body.decode())).result(timeout=STORE_WAIT_S)
         except Exception as exc:
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
         if not record.get("request"):

@@ -27,6 +27,7 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     verdict TEXT NOT NULL,
     previous TEXT,              -- the verdict before, NULL for a node's first record
     signature TEXT NOT NULL,
-    record TEXT NOT NULL
+    record BLOB NOT NULL        -- the whole record, zlib-compressed JSON
 );
 CREATE INDEX IF NOT EXISTS verdicts_node ON verdicts (node, at);
 CREATE INDEX IF NOT EXISTS verdicts_at ON verdicts (at);
@@ -81,7 +82,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     tier TEXT NOT NULL,
     verdict TEXT NOT NULL,
     digest TEXT NOT NULL,
-    counters TEXT NOT NULL      -- JSON {name: value}
+    counters BLOB NOT NULL      -- zlib-compressed JSON {name: value}
 );
 CREATE INDEX IF NOT EXISTS snapshots_node ON snapshots (node, at);
 CREATE INDEX IF NOT EXISTS snapshots_at ON snapshots (at);
@@ -161,7 +162,7 @@ class _Fields:
     text: str
 
 
-def _fields(record: Mapping[str, Any]) -> _Fields:
+def _fields(record: Mapping[str, Any], text: str | None = None) -> _Fields:
     node = record.get("node")
     if not isinstance(node, str) or not node:
         raise InputError("record: node: must be a non-empty string")
@@ -193,7 +194,7 @@ def _fields(record: Mapping[str, Any]) -> _Fields:
         counters=counters,
         events=events,
         request=request,
-        text=json.dumps(record, sort_keys=True, separators=(",", ":")),
+        text=text if text is not None else json.dumps(record, separators=(",", ":")),
     )
 
 
@@ -324,6 +325,14 @@ def _event_key(node: str, event: Mapping[str, Any]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def _pack(text: str) -> bytes:
+    return zlib.compress(text.encode(), 6)
+
+
+def _unpack(blob: bytes) -> str:
+    return zlib.decompress(blob).decode()
+
+
 def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -406,14 +415,21 @@ class HistoryStore:
     # -- writing
 
     def ingest(
-        self, records: Iterable[Mapping[str, Any]], *, received: float | None = None
+        self,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        received: float | None = None,
+        texts: Sequence[str] | None = None,
     ) -> IngestResult:
         """Store ``records`` in one transaction (all are validated before anything is written).
 
+        ``texts``: the records' JSON as received (stored as it is; else they are serialized).
         A record older than the node's latest of the same tier (a spooled one sent late) adds
         its events but neither replaces the latest row nor counts as a change.
         """
-        parsed = [_fields(r) for r in records]
+        if texts is not None and len(texts) != len(records):
+            raise ValueError("one text per record")
+        parsed = [_fields(r, texts[i] if texts else None) for i, r in enumerate(records)]
         now = time.time() if received is None else received
         changes = snaps = events = 0
         with self.transaction() as db:
@@ -445,7 +461,7 @@ class HistoryStore:
                         "INSERT INTO verdicts (node, tier, at, verdict, previous, signature,"
                         " record) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature,
-                         f.text),
+                         _pack(f.text)),
                     )  # fmt: skip
                     if f.verdict == "fail" and (prev is None or prev[1] != "fail"):
                         db.execute(
@@ -487,12 +503,13 @@ class HistoryStore:
     def _snapshot(db: sqlite3.Connection, f: _Fields, *, force: bool) -> int:
         if not f.counters:
             return 0
-        digest = _digest(f.counters)
         last = db.execute(
             "SELECT at, digest FROM snapshots WHERE node = ? ORDER BY at DESC LIMIT 1", (f.node,)
         ).fetchone()
-        due = last is None or (f.at - last[0] >= SNAPSHOT_INTERVAL_S and digest != last[1])
-        if not (due or force):
+        if not force and last is not None and f.at - last[0] < SNAPSHOT_INTERVAL_S:
+            return 0
+        digest = _digest(f.counters)
+        if not force and last is not None and digest == last[1]:
             return 0
         db.execute(
             "INSERT INTO snapshots (node, at, tier, verdict, digest, counters)"
@@ -503,7 +520,7 @@ class HistoryStore:
                 f.tier,
                 f.verdict,
                 digest,
-                json.dumps(f.counters, sort_keys=True, separators=(",", ":")),
+                _pack(json.dumps(f.counters, sort_keys=True, separators=(",", ":"))),
             ),
         )
         return 1
@@ -643,7 +660,7 @@ class HistoryStore:
                 " WHERE node = ? AND at >= ? ORDER BY at",
                 (node, since if since is not None else 0.0),
             ).fetchall()
-        return [Snapshot(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+        return [Snapshot(r[0], r[1], r[2], r[3], json.loads(_unpack(r[4]))) for r in rows]
 
     def changes(self, node: str, since: float | None = None) -> list[dict[str, Any]]:
         """The full records that changed ``node``'s verdict, oldest first."""
@@ -652,7 +669,7 @@ class HistoryStore:
                 "SELECT record FROM verdicts WHERE node = ? AND at >= ? ORDER BY at",
                 (node, since if since is not None else 0.0),
             ).fetchall()
-        return [dict(json.loads(r[0])) for r in rows]
+        return [dict(json.loads(_unpack(r[0]))) for r in rows]
 
 
 _EVENT_SELECT = (
