@@ -1,7 +1,7 @@
 """Drift: what a node is now against what its roles recorded it should be (issue 17).
 
 Every role writes the desired state it made the node into under ``/etc/gpuforge/expected/``
-(``roles/_common/tasks/expected_state.yml``: one ``<role>.json`` per role; the fabric roles'
+(``roles/_common/tasks/expected_state.yml``: one ``state/<role>.json`` per role; the fabric roles'
 ``fabric.json`` is read for its sysctls). :func:`compare` reads the node through a
 :class:`System` (one ``dpkg-query``, one ``lsmod``, one ``systemctl show``, file reads) and
 returns one :class:`DriftItem` per difference, naming the item, the desired and the actual value.
@@ -27,6 +27,9 @@ from gpuforge.node import record
 
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
+#: The subdirectory ``expected_state.yml`` writes one ``<role>.json`` into (beside the
+#: validators' own expectation files such as ``fabric.json`` and ``nccl.json``).
+STATE_SUBDIR = "state"
 #: The format ``expected_state.yml`` writes.
 EXPECTED_SCHEMA = "gpuforge.expected/1"
 #: The drift kinds, as in the record (docs/conformance.md).
@@ -231,13 +234,16 @@ def _limit_key(line: str) -> str:
 
 
 def load_expected(directory: Path = EXPECTED_DIR) -> tuple[list[Expected], list[str]]:
-    """Every readable expected file under ``directory``, and one error line per unreadable one."""
+    """Every readable ``state/<role>.json`` (and ``fabric.json``) under ``directory``, and one error
+    line per unreadable one."""
     found: list[Expected] = []
     errors: list[str] = []
     try:
-        paths = sorted(directory.glob("*.json"))
+        paths = sorted((directory / STATE_SUBDIR).glob("*.json"))
     except OSError as exc:
-        return [], [f"{directory}: {exc.strerror or exc}"]
+        return [], [f"{directory / STATE_SUBDIR}: {exc.strerror or exc}"]
+    # The fabric roles' own expectations file (for the validators) names sysctls too.
+    paths += [p for p in (directory / "fabric.json",) if p.is_file()]
     for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
