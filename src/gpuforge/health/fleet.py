@@ -202,7 +202,7 @@ def fleet_status(
     stale_after: int = STALE_AFTER,
 ) -> FleetStatus:
     """Every GPU node of ``fleet``: its latest verdict (of ``tier``) and its Slurm state."""
-    latest = store.latest(tier)
+    latest = store.latest(tier, records=False)
     slurm = {s.name: s for s in slurm_nodes or ()}
     limit = stale_after * interval_s
     nodes: list[NodeStatus] = []
