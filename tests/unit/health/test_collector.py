@@ -162,3 +162,32 @@ def test_parse_listen() -> None:
     assert parse_listen("10.231.0.1") == ("10.231.0.1", 9477)
     with pytest.raises(InputError, match="port"):
         parse_listen("10.231.0.1:http")
+
+
+def test_a_burst_of_50_posts_drains_no_more_than_the_breaker(
+    make_decider: MakeDecider, tmp_path: Path
+) -> None:
+    leaves = {f"n{i:04d}": f"leaf-{i:04d}" for i in range(1000)}
+    decider, slurm, store = make_decider(leaves, DecisionPolicy(max_fraction=0.01))
+    fleet = Fleet("big", tuple(leaves), dict.fromkeys(leaves, LOCAL), leaves, {})
+    collector = Collector(fleet, store, decider, metrics_dir=tmp_path, clock=lambda: T0)
+    collector.start()
+    done: list[str] = []
+    start = threading.Barrier(50)
+
+    def one(i: int) -> None:
+        start.wait()
+        answer = collector.receive(json.dumps(drain_request(f"n{i:04d}")).encode(), LOCAL)
+        done.append(answer.body["decision"]["done"])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        collector.stop()
+    assert (done.count("drained"), done.count("refused")) == (10, 40)
+    assert sum("DRAIN" in state for state, _ in slurm.nodes.values()) == 10
+    assert len(store.latest()) == 50
