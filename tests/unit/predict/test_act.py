@@ -1,4 +1,4 @@
-"""--drain-top through admission (fake Slurm): idle only, operators untouched, breaker; scorecard."""
+"""--drain-top through admission (fake Slurm): idle only, operators untouched; the scorecard."""
 
 from __future__ import annotations
 

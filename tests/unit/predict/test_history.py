@@ -84,7 +84,7 @@ def test_skip_reports_each_malformed_line_and_keeps_the_rest() -> None:
 def test_a_file_without_the_header_or_of_another_version_is_refused() -> None:
     with pytest.raises(InputError, match=r"h.jsonl:1: expected the header"):
         read_lines([SAMPLE], source="h.jsonl", on_error="skip")
-    with pytest.raises(InputError, match="is not 'gpuforge.history/1'"):
+    with pytest.raises(InputError, match=r"is not 'gpuforge\.history/1'"):
         read_lines(['{"schema": "gpuforge.history/2"}', SAMPLE], source="h.jsonl")
     with pytest.raises(InputError, match="empty history"):
         read_lines([], source="h.jsonl")

@@ -1,0 +1,129 @@
+"""``gpuforge fleet risk`` and ``export-history`` through click: sources, errors, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from gpuforge.cli import main
+from gpuforge.history.store import HistoryStore
+from gpuforge.predict.act import predicted_reason
+from gpuforge.predict.history import Event, SeriesKey, write_history
+from gpuforge.predict.score import ECC_SBE, REMAP_CORRECTABLE
+from tests.unit.history.records import T0, record
+from tests.unit.predict.builders import AT, fleet, ramp_from, set_series, times
+
+
+def _history_file(tmp_path: Path) -> Path:
+    history = fleet(nodes=8)
+    set_series(history, SeriesKey("gpu07", ECC_SBE, gpu=3), ramp_from(day=3, per_hour_end=400))
+    rows = np.floor(np.linspace(0, 9, len(times())))
+    set_series(history, SeriesKey("gpu07", REMAP_CORRECTABLE, gpu=3), rows)
+    out = io.StringIO()
+    write_history(history, out)
+    path = tmp_path / "fleet.jsonl"
+    path.write_text(out.getvalue())
+    return path
+
+
+def test_risk_ranks_the_degrading_node_first(tmp_path: Path) -> None:
+    path = _history_file(tmp_path)
+    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "8 nodes scored, 1 with findings, 0 with too little data" in lines[0]
+    assert lines[1].split()[:2] == ["1", "gpu07"]
+    assert any("ecc_sbe_rate" in line and "gpu3" in line for line in lines)
+
+
+def test_risk_json_lists_every_node(tmp_path: Path) -> None:
+    path = _history_file(tmp_path)
+    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["schema"] == "gpuforge.risk/1"
+    assert data["nodes"][0]["node"] == "gpu07"
+    assert len(data["nodes"]) == 8 and data["skipped_lines"] == 0
+
+
+def test_malformed_line_exits_2_naming_the_line_or_is_skipped_and_counted(tmp_path: Path) -> None:
+    path = _history_file(tmp_path)
+    lines = path.read_text().splitlines()
+    lines.insert(4, '{"time": "2026-11-30T19:20:00Z", "node": "gpu01", "value": 1}')
+    path.write_text("\n".join(lines) + "\n")
+    refused = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path)])
+    assert refused.exit_code == 2
+    assert f"{path}:5: " in refused.output and "missing" in refused.output
+    assert "Traceback" not in refused.output
+    skipped = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--on-error", "skip"]
+    )
+    assert skipped.exit_code == 0, skipped.output
+    assert "1 malformed lines skipped" in skipped.output
+    assert f"warning: {path}: line 5: " in skipped.output
+
+
+def test_exactly_one_source_and_valid_durations(tmp_path: Path) -> None:
+    path = _history_file(tmp_path)
+    both = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--prometheus", "http://x"]
+    )
+    assert both.exit_code == 2 and "exactly one of" in both.output
+    bad = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--window", "7w"])
+    assert bad.exit_code == 2 and "--window: '7w' is not a duration" in bad.output
+
+
+def test_at_moves_the_window_back(tmp_path: Path) -> None:
+    path = _history_file(tmp_path)
+    early = "2026-11-19T12:00:00Z"  # before the degradation began: too little data everywhere
+    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--at", early])
+    assert result.exit_code == 0, result.output
+    assert "0 nodes scored" in result.output and "8 with too little data" in result.output
+
+
+def test_scorecard_from_a_history_file(tmp_path: Path) -> None:
+    history = fleet(nodes=2)
+    history.events += [
+        Event(AT - 5 * 86400, "gpu01", "drain", detail=predicted_reason("ecc_sbe_rate")),
+        Event(AT - 4 * 86400, "gpu01", "failure"),
+        Event(AT - 5 * 86400, "gpu02", "drain", detail=predicted_reason("thermal_drift")),
+        Event(AT - 4 * 86400, "gpu02", "resume"),
+    ]
+    out = io.StringIO()
+    write_history(history, out)
+    path = tmp_path / "h.jsonl"
+    path.write_text(out.getvalue())
+    result = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--scorecard", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["counts"] == {"confirmed": 1, "false_alarm": 1, "pending": 0, "no_outcome": 0}
+    assert data["precision"] == 0.5
+
+
+def test_export_history_from_the_store_reads_back(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "lab").mkdir(parents=True)
+    with HistoryStore.open(state / "lab" / "history.db") as store:
+        for hour in range(3):
+            counters = {"gpu/0/ecc_sbe_volatile": hour * 10}
+            store.ingest([record("gpu01", at=T0 + hour * 3600, counters=counters)])
+        store.add_event("gpu01", "xid", at=T0 + 60, code=31, gpu=0)
+    out = tmp_path / "export.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["fleet", "export-history", "--state-dir", str(state), "--since", "400d",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert json.loads(lines[0]) == {"schema": "gpuforge.history/1"}
+    assert sum('"metric":"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"' in line for line in lines) == 3
+    assert sum('"event":"xid"' in line for line in lines) == 1
+    risk = CliRunner().invoke(main, ["fleet", "risk", "--history", str(out), "--window", "3h"])
+    assert risk.exit_code == 0, risk.output
