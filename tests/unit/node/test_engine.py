@@ -1,0 +1,117 @@
+"""Hysteresis, shadow and kill switch on the node: streaks in state.json, the request computed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuforge.node import config as cfg
+from gpuforge.node import engine
+from gpuforge.node import state as st
+from gpuforge.node.probes import Result
+from gpuforge.node.record import Request, verdict_of
+
+
+def _config(extra: str = "") -> cfg.HealthConfig:
+    return cfg.parse(f"version: 1\nnode: gpu01\n{extra}")
+
+
+def _run(
+    config: cfg.HealthConfig, state: st.State, *results: Result
+) -> tuple[list[str], Request | None]:
+    checks, request = engine.hysteresis(list(results), config, state, update=True)
+    return [f"{c.check}:{c.status}:{c.streak}" for c in checks], request
+
+
+FAIL = Result("fabric.counters", "fail", "inspect", "ib/mlx5_0/1/symbol_error +50 > 10")
+PASS = Result("fabric.counters", "pass")
+ERROR = Result("fabric.counters", "error", detail="counters absent")
+
+
+def test_fail_after_two_needs_two_consecutive_fails() -> None:
+    config = _config()  # fabric.counters: fail_after 2, pass_after 3
+    state = st.State()
+    assert _run(config, state, FAIL) == (["fabric.counters:fail:1"], None)
+    assert _run(config, state, PASS)[1] is None  # the streak starts again
+    assert _run(config, state, FAIL)[1] is None
+    checks, request = _run(config, state, FAIL)
+    assert checks == ["fabric.counters:fail:2"]
+    assert request == Request("drain", "fabric.counters", "inspect", 0)
+
+
+def test_error_neither_drains_nor_breaks_a_streak() -> None:
+    config = _config()
+    state = st.State()
+    _run(config, state, FAIL)
+    assert _run(config, state, ERROR)[1] is None
+    assert _run(config, state, FAIL)[1] == Request("drain", "fabric.counters", "inspect", 0)
+    # Latched: an ERROR does not resume either.
+    assert _run(config, state, ERROR)[1] == Request("drain", "fabric.counters", "inspect", 0)
+
+
+def test_pass_after_three_then_resume_until_answered() -> None:
+    config = _config()
+    state = st.State()
+    _run(config, state, FAIL)
+    _run(config, state, FAIL)
+    assert _run(config, state, PASS)[1] is not None
+    assert _run(config, state, PASS)[1] is not None
+    assert _run(config, state, PASS)[1] == Request("resume")
+    assert _run(config, state, PASS)[1] == Request("resume")  # until the collector answers
+    state.resume_pending = False
+    assert _run(config, state, PASS)[1] is None
+
+
+def test_shadow_check_is_recorded_but_never_drains_nor_counts() -> None:
+    config = _config("checks:\n  gpu.xid: {shadow: true}\n")
+    state = st.State()
+    xid = Result("gpu.xid", "fail", "reboot", "79@0000:91:00=reboot")
+    checks, request = engine.hysteresis([xid], config, state, update=True)
+    assert request is None
+    assert checks[0].shadow is True
+    assert checks[0].status == "fail"
+    assert verdict_of(checks) == "pass"
+
+
+def test_kill_switch_drops_a_latched_drain() -> None:
+    state = st.State()
+    xid = Result("gpu.xid", "fail", "reboot")
+    assert _run(_config(), state, xid)[1] == Request("drain", "gpu.xid", "reboot", 0)
+    killed = _config("checks:\n  gpu.xid: {enabled: false}\n")
+    checks, request = _run(killed, state, Result("gpu.xid", "skip", detail=engine.DISABLED))
+    assert request == Request("resume")
+    assert checks == ["gpu.xid:skip:0"]
+
+
+def test_strongest_action_leads_the_drain_request() -> None:
+    state = st.State()
+    config = _config()
+    _, request = _run(
+        config,
+        state,
+        Result("software.versions", "fail", "quarantine"),
+        Result("gpu.xid", "fail", "reboot"),
+        Result("gpu.model", "fail", "inspect"),
+    )
+    assert request == Request("drain", "gpu.model", "inspect", 2)
+
+
+def test_warn_and_monitor_never_drain() -> None:
+    state = st.State()
+    _, request = _run(_config(), state, Result("gpu.xid", "warn", "monitor"))
+    assert request is None
+
+
+def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    state = st.State(boot_id="b1", kmsg_cursor="2026-11-30T19:00:00+00:00")
+    state.streak("gpu.xid").fails = 2
+    state.counters["ib/mlx5_0/1/symbol_error"] = [[1.0, 5.0]]
+    st.save(path, state)
+    again = st.load(path)
+    assert again.streak("gpu.xid").fails == 2
+    assert again.kmsg_cursor == state.kmsg_cursor
+    assert again.counters == state.counters
+    path.write_text("{not json")
+    fresh = st.load(path)
+    assert fresh.streaks == {}
+    assert "unreadable" in fresh.note
