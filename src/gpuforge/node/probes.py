@@ -35,7 +35,7 @@ from gpuforge.validate.parsers import (
     xid,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import NvidiaSmiReport
-from gpuforge.validate.xid_catalogue import lookup
+from gpuforge.validate.xid_catalogue import Action, lookup
 
 _T = TypeVar("_T")
 
@@ -153,12 +153,22 @@ class Probe:
         return self._once("kernel_log", read)
 
     def boot(self) -> tuple[str, datetime]:
-        """This boot's id and start time (``/proc``)."""
+        """This boot's identity and the kernel's boot time (``/proc``).
+
+        The identity is the kernel's boot_id plus the start time of PID 1: on a real node both
+        change only at a reboot; in a lab container (one kernel for every node) a reboot is a
+        restarted container, which changes PID 1's start time alone.
+        """
 
         def read() -> tuple[str, datetime]:
             boot_id = (self.proc_root / "sys/kernel/random/boot_id").read_text().strip()
             uptime = float((self.proc_root / "uptime").read_text().split()[0])
-            return boot_id, self.now - timedelta(seconds=uptime)
+            try:
+                stat = (self.proc_root / "1/stat").read_text().rsplit(")", 1)[1].split()
+                init = stat[19]  # field 22 of proc_pid_stat(5): start time in clock ticks
+            except (OSError, IndexError):
+                init = ""
+            return f"{boot_id}/{init}" if init else boot_id, self.now - timedelta(seconds=uptime)
 
         return self._once("boot", read)
 
@@ -278,7 +288,7 @@ def gpu_model(p: Probe) -> Result:
 
 
 def gpu_xid(p: Probe, *, advance: bool) -> Result:
-    """Xids since the last passive run, plus the draining ones kept until reboot (sticky).
+    """Xids since the last passive run, plus those kept until a reboot (sticky, :func:`_sticky`).
 
     ``advance``: this run moves the kernel-log cursor and the sticky list (the passive tier);
     the prolog and the epilog only look at what is newer than the cursor.
@@ -297,7 +307,7 @@ def gpu_xid(p: Probe, *, advance: bool) -> Result:
         sticky = list(p.state.sticky_xids)
         for e in fresh_xids:
             entry = lookup(e.xid)
-            if entry.action.drains and not entry.user_caused and e.line not in sticky:
+            if _sticky(entry.action) and not entry.user_caused and e.line not in sticky:
                 sticky.append(e.line)
         fallen = [ln.strip() for ln in fresh if "fallen off the bus" in ln]
         sticky += [ln for ln in fallen if ln not in sticky]
@@ -311,6 +321,13 @@ def gpu_xid(p: Probe, *, advance: bool) -> Result:
         return judged("gpu.xid", outcome, text or "no Xid since the last run", "reboot")
 
     return guarded("gpu.xid", body)
+
+
+def _sticky(action: Action) -> bool:
+    """Xids kept until a reboot: those whose repair is a reboot or a person (reboot, inspect,
+    rma). A ``reset_gpu`` Xid is judged once: what it leaves behind (a pending row remap, an
+    uncorrectable ECC count) stays visible to its own check until the reset."""
+    return action.rank >= Action.REBOOT.rank
 
 
 def _xid_events(p: Probe, text: str) -> None:
