@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from contextlib import closing
+from contextlib import ExitStack, closing
 from pathlib import Path
+from tempfile import TemporaryDirectory
 
 import click
 from rich.console import Console
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.health import cluster_dir
 from gpuforge.errors import InputError
 from gpuforge.health import remediate as rem
 from gpuforge.health import rma
@@ -37,9 +39,10 @@ inventory_option = click.option(
     "--inventory",
     "inventory",
     type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Cluster directory: generated/ and site/ (a lab's: .lab/<lab>/inventory).",
+    help="Cluster directory: generated/ and site/ (a lab's: .lab/<lab>/inventory); "
+    "default inventory/CLUSTER.",
 )
+cluster_option = click.option("--cluster", help="Cluster name: its directory is inventory/CLUSTER.")
 report_option = click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -71,6 +74,7 @@ def _bundle_inputs(
 @click.command("remediate")
 @click.argument("nodes", required=False)
 @click.option("--pending", is_flag=True, help="Every idle node gpuforge drained for reset/reboot.")
+@cluster_option
 @inventory_option
 @state_option
 @report_option
@@ -95,7 +99,8 @@ def remediate(
     *,
     nodes: str | None,
     pending: bool,
-    inventory: Path,
+    cluster: str | None,
+    inventory: Path | None,
     state_dir: Path,
     report_dir: Path,
     dry_run: bool,
@@ -114,25 +119,30 @@ def remediate(
     if bool(nodes) == pending:
         raise InputError("give NODES (a hostlist) or --pending, not both and not neither")
     named = control.expand_nodes(nodes) if nodes else None
+    inventory = cluster_dir(cluster, inventory)
     wiring = pipeline.wire(inventory, need_slurm=True)
     if wiring.slurm is None:  # need_slurm=True always wires one
         raise InputError(f"{inventory}: no Slurm controller to reach")
-    cluster = _cluster(wiring)
+    name = _cluster(wiring)
     policy = rem.Policy(failures=failures, window_s=window_days * 86400)
-    admission = Admission(
-        wiring.slurm, AdmissionRecord(record_path(state_dir, cluster)), source=rem.SOURCE
-    )
-    run_dir = report_dir / cluster / f"remediate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
-    lock = state_dir / cluster / "rollout.lock"
-    with closing(_history(state_dir, cluster)) as history:
+    run_dir = report_dir / name / f"remediate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
+    lock = state_dir / name / "rollout.lock"
+    with ExitStack() as stack:
+        # A dry run writes nothing, not even an empty record: it reads the history if there is one.
+        scratch = Path(stack.enter_context(TemporaryDirectory())) if dry_run else state_dir
+        history_file = history_path(state_dir, name)
+        if dry_run and not history_file.is_file():
+            history_file = history_path(scratch, name)
+        history = stack.enter_context(closing(HistoryStore.open(history_file)))
+        admission = Admission(
+            wiring.slurm, AdmissionRecord(record_path(scratch, name)), source=rem.SOURCE
+        )
         remediator = rem.Remediator(
             admission=admission,
             history=history,
             act=_act(inventory, run_dir, play_record(lock)),
             validate=_validate(wiring, run_dir, gpu_burn_seconds, int(dcgm_level)),
-            bundle=_bundle(
-                _bundle_inputs(wiring, history, report_dir, cluster), report_dir / cluster
-            ),
+            bundle=_bundle(_bundle_inputs(wiring, history, report_dir, name), report_dir / name),
             population=wiring.view.gpu_nodes,
             policy=policy,
         )
@@ -232,6 +242,7 @@ def rma_group() -> None:
 
 @rma_group.command("bundle")
 @click.argument("node")
+@cluster_option
 @inventory_option
 @state_option
 @report_option
@@ -245,7 +256,8 @@ def rma_group() -> None:
 def bundle_cmd(
     *,
     node: str,
-    inventory: Path,
+    cluster: str | None,
+    inventory: Path | None,
     state_dir: Path,
     report_dir: Path,
     out: Path | None,
@@ -253,12 +265,12 @@ def bundle_cmd(
     as_json: bool,
 ) -> None:
     """Write NODE's evidence bundle: one tar.gz and its JSON manifest beside it."""
-    wiring = pipeline.wire(inventory)
+    wiring = pipeline.wire(cluster_dir(cluster, inventory))
     wiring.view.node(node)  # InputError for a node the inventory does not have
-    cluster = _cluster(wiring)
-    with closing(_history(state_dir, cluster)) as history:
-        inputs = _bundle_inputs(wiring, history, report_dir, cluster)
-        written = rma.build_bundle(node, out or report_dir / cluster / "rma", inputs, check=check)
+    name = _cluster(wiring)
+    with closing(_history(state_dir, name)) as history:
+        inputs = _bundle_inputs(wiring, history, report_dir, name)
+        written = rma.build_bundle(node, out or report_dir / name / "rma", inputs, check=check)
     if as_json:
         echo_json(
             {
@@ -273,37 +285,46 @@ def bundle_cmd(
         click.echo(f"  not collected: {error}", err=True)
 
 
-def _admission(inventory: Path, state_dir: Path) -> tuple[Admission, str]:
-    wiring = pipeline.wire(inventory, need_slurm=True)
+def _admission(
+    cluster: str | None, inventory: Path | None, state_dir: Path
+) -> tuple[Admission, str]:
+    root = cluster_dir(cluster, inventory)
+    wiring = pipeline.wire(root, need_slurm=True)
     if wiring.slurm is None:
-        raise InputError(f"{inventory}: no Slurm controller to reach")
-    cluster = _cluster(wiring)
-    record = AdmissionRecord(record_path(state_dir, cluster))
-    return Admission(wiring.slurm, record, source=rem.SOURCE), cluster
+        raise InputError(f"{root}: no Slurm controller to reach")
+    name = _cluster(wiring)
+    record = AdmissionRecord(record_path(state_dir, name))
+    return Admission(wiring.slurm, record, source=rem.SOURCE), name
 
 
 @rma_group.command("out")
 @click.argument("node")
 @click.option("--ticket", required=True, help="The RMA ticket (the vendor's case number).")
+@cluster_option
 @inventory_option
 @state_option
-def out_cmd(*, node: str, ticket: str, inventory: Path, state_dir: Path) -> None:
+def out_cmd(
+    *, node: str, ticket: str, cluster: str | None, inventory: Path | None, state_dir: Path
+) -> None:
     """Record that NODE's part left for repair under TICKET (the node stays drained)."""
-    admission, cluster = _admission(inventory, state_dir)
-    with closing(_history(state_dir, cluster)) as history:
+    admission, name = _admission(cluster, inventory, state_dir)
+    with closing(_history(state_dir, name)) as history:
         reason = rma.mark_out(admission, history, node, ticket)
     click.echo(f"{node}: part out under ticket {ticket}; stays drained ({reason})")
 
 
 @rma_group.command("back")
 @click.argument("node")
+@cluster_option
 @inventory_option
 @state_option
 @json_option
-def back_cmd(*, node: str, inventory: Path, state_dir: Path, as_json: bool) -> None:
+def back_cmd(
+    *, node: str, cluster: str | None, inventory: Path | None, state_dir: Path, as_json: bool
+) -> None:
     """Record that NODE's part is back: drained for validation, like a node that joins."""
-    admission, cluster = _admission(inventory, state_dir)
-    with closing(_history(state_dir, cluster)) as history:
+    admission, name = _admission(cluster, inventory, state_dir)
+    with closing(_history(state_dir, name)) as history:
         action = rma.mark_back(admission, history, node)
     if as_json:
         echo_json(action.to_dict())

@@ -97,8 +97,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path: Path, slurm: Fake
     assert by_node["gpu02"]["result"] == "skipped"
     assert slurm.updates() == []
     assert slurm.calls_act == []  # type: ignore[attr-defined]
-    with HistoryStore.open(history_path(tmp_path / "state", "lab")) as store:
-        assert store.events() == []
+    assert not (tmp_path / "state").exists()  # not even an empty record or history
 
 
 def test_pending_remediates_and_resumes(tmp_path: Path, slurm: FakeSlurm) -> None:
@@ -130,3 +129,16 @@ def test_rma_bundle_out_and_back(tmp_path: Path, slurm: FakeSlurm) -> None:
     code, out = _invoke(tmp_path, "rma", "back", "gpu01")
     assert code == 1
     assert "no RMA recorded out" in out
+
+
+def test_cluster_or_inventory(
+    tmp_path: Path, slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out = _invoke(tmp_path, "remediate", "--pending", "--cluster", "lab")
+    assert code == 2
+    assert "not both" in out
+    monkeypatch.chdir(tmp_path)  # inventory/lab and state/ are relative to the working directory
+    result = CliRunner().invoke(main, ["remediate", "--pending", "--dry-run", "--cluster", "lab"])
+    assert result.exit_code == 0, result.output  # inventory/lab, wired by the fake
+    assert slurm.updates() == []
+    assert not (tmp_path / "state").exists()
