@@ -19,6 +19,7 @@ from gpuforge.errors import GpuforgeError
 COMMANDS: dict[str, str] = {
     "health": "gpuforge.node.cli_health",
     "config": "gpuforge.node.cli_config",
+    "conformance": "gpuforge.node.cli_conformance",
 }
 
 

@@ -12,7 +12,6 @@ timeout, and a command that cannot run makes the comparison of that kind an erro
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -626,18 +625,7 @@ def conformance_record(
     ).to_dict()
 
 
-#: Where the node keeps its last records and its undelivered ones (DAY2.md, "Paths on a node").
-STATE_DIR = Path("/var/lib/gpuforge/health")
-#: Debian's node_exporter textfile directory.
-TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
 _STATUS_CODE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def metrics_text(record: Mapping[str, Any], now: float) -> str:
@@ -657,89 +645,3 @@ def metrics_text(record: Mapping[str, Any], now: float) -> str:
         f"gpuforge_conformance_status {_STATUS_CODE.get(str(record.get('verdict')), 3)}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def deliver(record: Mapping[str, Any], url: str, timeout: float, spool: Path) -> str:
-    """POST ``record`` to the collector; on any failure keep it in ``spool``. Returns the outcome.
-
-    The spool is what the node checker sends with its next run (nothing lost); the task never
-    waits on the network longer than ``timeout``.
-    """
-    import urllib.error  # noqa: PLC0415 - only the task that delivers needs it
-    import urllib.request  # noqa: PLC0415
-
-    body = json.dumps(record, sort_keys=True).encode()
-    request = urllib.request.Request(  # noqa: S310 - the collector URL comes from health.yaml
-        url.rstrip("/") + "/v1/records",
-        data=body,
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
-            return f"delivered ({answer.status})"
-    except (OSError, urllib.error.URLError) as exc:
-        name = f"conformance-{record['node']}-{record['started'].replace(':', '')}.json"
-        _atomic_write(spool / name, body.decode())
-        return f"kept in {spool / name}: {exc}"
-
-
-def main(
-    argv: Sequence[str],
-    *,
-    passive: Any = None,
-    config: Mapping[str, Any] | None = None,
-) -> int:
-    """``gpuforge-node conformance --level L``: checks, drift, one record, delivered.
-
-    ``passive`` is the node checker's passive tier (a callable returning the record's check
-    dicts) and ``config`` the loaded health.yaml; the node CLI passes both. Exit 0 when the
-    record was written (whatever its verdict: the controller judges), 2 on bad usage.
-    """
-    import argparse  # noqa: PLC0415
-    import datetime as dt  # noqa: PLC0415
-    import socket  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(prog="gpuforge-node conformance")
-    parser.add_argument("--level", choices=LEVELS, default="quick")
-    parser.add_argument("--expected-dir", type=Path, default=EXPECTED_DIR)
-    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
-    parser.add_argument("--no-send", action="store_true", help="print the record only")
-    args = parser.parse_args(list(argv))
-    cfg = dict(config or {})
-    node = str(cfg.get("node") or socket.gethostname().split(".")[0])
-    start = time.monotonic()
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    passive_checks = list(passive()) if passive is not None else []
-    report = run(args.expected_dir)
-    extra = [dcgm_level2()] if args.level == "burnin" else []
-    record = conformance_record(
-        node,
-        args.level,
-        started=started,
-        duration_s=time.monotonic() - start,
-        passive=passive_checks,
-        report=report,
-        firmware_versions=firmware(Path(str(cfg.get("sysfs_root") or "/sys"))),
-        job_id=os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
-        extra=extra,
-    )
-    text = json.dumps(record, sort_keys=True)
-    _atomic_write(args.state_dir / "last-conformance.json", text + "\n")
-    # No node_exporter directory: metrics are optional, the record is not.
-    with contextlib.suppress(OSError):
-        _atomic_write(TEXTFILE_DIR / "gpuforge_conformance.prom", metrics_text(record, time.time()))
-    collector = cfg.get("collector") or {}
-    url = str(collector.get("url") or "") if isinstance(collector, dict) else ""
-    outcome = "not sent"
-    if url and not args.no_send:
-        outcome = deliver(
-            record, url, float(collector.get("timeout_s", 2)), args.state_dir / "spool"
-        )
-    sys.stdout.write(text + "\n")
-    sys.stderr.write(
-        f"{node}: conformance {record['verdict']}, {len(report.items)} drift item(s), {outcome}\n"
-    )
-    return 0
