@@ -89,6 +89,7 @@ collection: setup ## Build the Ansible collection gpuforge.cluster (galaxy.yml) 
 bench: setup ## Print measured performance figures
 	$(PY) bench/topology_bench.py
 	$(PY) bench/health_collector_bench.py
+	$(PY) bench/health_node_bench.py
 
 .PHONY: deploy-phase
 # With a lab spec (lab.yaml, lab-roce.yaml: named as their file), deploy-phase first brings that
