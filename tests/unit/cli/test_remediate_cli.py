@@ -16,6 +16,7 @@ from gpuforge.command import CommandResult
 from gpuforge.health import remediate as rem
 from gpuforge.history import HistoryStore, history_path
 from gpuforge.inventory.reader import ClusterView, InventoryDir
+from gpuforge.playbook import HostStats, RunResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import pipeline
 from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
@@ -142,3 +143,32 @@ def test_cluster_or_inventory(
     assert result.exit_code == 0, result.output  # inventory/lab, wired by the fake
     assert slurm.updates() == []
     assert not (tmp_path / "state").exists()
+
+
+def test_act_maps_the_play_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_play(playbook: str, inventory: object, **kw: object) -> RunResult:
+        seen.update(kw, playbook=playbook)
+        return RunResult(
+            status="failed",
+            rc=2,
+            hosts={"gpu01": HostStats(ok=3), "gpu02": HostStats(failures=1)},
+            failed={"gpu02": "Reset the GPUs: GPU is lost"},
+            unreachable={},
+            artifact_dir=tmp_path,
+            strategy="linear",
+        )
+
+    monkeypatch.setattr(cli, "run_playbook", fake_play)
+    monkeypatch.setattr(cli.InventoryDir, "open", lambda p: InventoryDir(Path(p)))
+    act = cli._act(tmp_path / "inv", tmp_path / "run", tmp_path / "play.json")
+    errors = act(["gpu01", "gpu02", "gpu03"], "reset_gpu")
+    assert errors == {
+        "gpu02": "Reset the GPUs: GPU is lost",
+        "gpu03": "the play never reached it (failed, rc 2)",
+    }
+    assert seen["playbook"] == "remediate.yml"
+    assert seen["limit"] == "gpu01,gpu02,gpu03"
+    assert seen["extravars"] == {"remediate_action": "reset_gpu"}
+    assert seen["play_record"] == tmp_path / "play.json"
