@@ -108,6 +108,10 @@ def ansible_cfg(sdir: Path, inventory: InventoryDir) -> str:
     return buf.getvalue()
 
 
+#: The simulator's sysfs-shaped tree (gpuforge-sim-sysfs.service, docs/simulator.md).
+SIM_SYSFS = "/var/lib/gpuforge-sim/sys"
+
+
 def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
     """The lab's files of its site layer: relative path -> text.
 
@@ -135,8 +139,23 @@ def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
         "gpuforge_apt_repo_components": ["main"],
         "gpuforge_apt_repo_key_url": f"{url}gpuforge-lab.asc",
     }
+    # What the lab's hardware simulator changes underneath the roles (docs/simulator.md): the
+    # sysfs-shaped tree of its IB ports, and an exporter that reads the simulator itself (no
+    # nv-hostengine to point it at).
+    simulator = {
+        "node_exporter_path_sysfs": SIM_SYSFS,
+        "dcgm_exporter_hostengine": "",
+    }
+    # The monitoring servers notify the lab's webhook sink, which the alert tests read.
+    monitoring = {"alertmanager_webhook_sink": True}
     return {
         "hosts.yml": '{"all": {"hosts": {\n' + host_lines + "\n}}}\n",
+        "group_vars/all/simulator.yml": header
+        + "---\n"
+        + yaml.safe_dump(simulator, sort_keys=False),
+        "group_vars/monitoring/lab.yml": header
+        + "---\n"
+        + yaml.safe_dump(monitoring, sort_keys=False),
         "group_vars/all/connection.yml": header
         + "---\n"
         + yaml.safe_dump(connection, sort_keys=False),

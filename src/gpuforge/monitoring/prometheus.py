@@ -181,33 +181,8 @@ def _dump(data: dict[str, Any], title: str) -> str:
     )
 
 
-def rack_budget_rules(cluster: Cluster) -> dict[str, Any]:
-    """Recording rules holding every rack's power budget (``layout.rack_power_kw``) in watts.
-
-    The alert on rack power compares ``sum by (rack)`` of the GPUs' power with this series,
-    so the budget comes from the spec, not from a number typed into a rule.
-    """
-    watts = round(cluster.spec.layout.rack_power_kw * 1000, 3)
-    su_of: dict[str, int] = {}
-    for node in cluster.nodes:
-        su_of.setdefault(node.rack, node.su)
-    rules = []
-    for rack in cluster.racks:
-        lab = {"cluster": cluster.name, "rack": rack}
-        if su_of.get(rack):
-            lab["su"] = str(su_of[rack])
-        rules.append(
-            {
-                "record": "gpuforge_rack_power_budget_watts",
-                "expr": f"vector({watts:g})",
-                "labels": lab,
-            }
-        )
-    return {"groups": [{"name": "gpuforge_rack_power_budget", "rules": rules}]}
-
-
 def config_files(cluster: Cluster) -> dict[str, str]:
-    """``prometheus/<server>.yml`` per server, ``prometheus/global.yml`` if federated, budgets."""
+    """``prometheus/<server>.yml`` per server and ``prometheus/global.yml`` if federated."""
     all_servers = servers(cluster)
     shards = len(all_servers)
     files = {
@@ -222,7 +197,4 @@ def config_files(cluster: Cluster) -> dict[str, str]:
             global_config(cluster, all_servers),
             f"Global Prometheus of cluster {cluster.name}: federates {shards} shard(s)",
         )
-    files["rules/gpuforge_rack_power_budget.yml"] = _dump(
-        rack_budget_rules(cluster), f"Rack power budgets of cluster {cluster.name}"
-    )
     return files

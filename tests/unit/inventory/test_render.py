@@ -52,7 +52,7 @@ def test_lab_inventory_files(lab: Cluster, tmp_path: Path) -> None:
         "monitoring/file_sd/dcgm.json",
         "monitoring/file_sd/node.json",
         "monitoring/prometheus/ctl01.yml",
-        "monitoring/rules/gpuforge_rack_power_budget.yml",
+        "monitoring/rules/gpuforge-records.yml",
         "slurm/nodes.conf",
         "slurm/topology.conf",
         "topology.json",

@@ -88,18 +88,19 @@ def test_single_server_config_passes_promtool(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_rack_budget_rules_pass_promtool(tmp_path: Path) -> None:
+def test_spec_records_are_generated_and_pass_promtool(tmp_path: Path) -> None:
     files = monitoring_files(load_cluster(LAB))
-    rules = tmp_path / "budget.yml"
-    rules.write_text(files["monitoring/rules/gpuforge_rack_power_budget.yml"])
+    rules = tmp_path / "records.yml"
+    rules.write_text(files["monitoring/rules/gpuforge-records.yml"])
     proc = _promtool("check", "rules", str(rules))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = yaml.safe_load(rules.read_text())["groups"][0]["rules"]
-    assert {(r["labels"]["rack"], r["expr"]) for r in data} == {
-        ("r001", "vector(44000)"),
-        ("r002", "vector(44000)"),
-        ("svc01", "vector(44000)"),
+    budgets = {
+        (r["labels"]["rack"], r["expr"])
+        for r in data
+        if r["record"] == "gpuforge:rack_power_budget_watts"
     }
+    assert budgets == {("r001", "vector(44000)"), ("r002", "vector(44000)")}
 
 
 def _hashmod(values: list[str], modulus: int) -> int:
@@ -201,11 +202,16 @@ def test_monitoring_vars_carry_the_routes(
 def test_100k_example_file_sd_in_two_seconds() -> None:
     import time  # noqa: PLC0415
 
+    from gpuforge.monitoring.prometheus import config_files  # noqa: PLC0415
+    from gpuforge.monitoring.targets import file_sd_files  # noqa: PLC0415
+
     cluster = load_cluster(EXAMPLES / "cluster-100k.yaml")
     started = time.perf_counter()
-    files = monitoring_files(cluster)
+    targets = file_sd_files(cluster)
+    configs = config_files(cluster)
     elapsed = time.perf_counter() - started
-    nodes = len(json.loads(files["monitoring/file_sd/node.json"]))
+    nodes = len(json.loads(targets["node.json"]))
     assert nodes == len(cluster.nodes)
     assert nodes >= 12_500
+    assert configs
     assert elapsed <= 2.0, f"{nodes} nodes took {elapsed:.2f} s"
