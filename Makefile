@@ -88,6 +88,7 @@ collection: setup ## Build the Ansible collection gpuforge.cluster (galaxy.yml) 
 .PHONY: bench
 bench: setup ## Print measured performance figures
 	$(PY) bench/topology_bench.py
+	$(PY) bench/predict_bench.py
 	$(PY) bench/health_collector_bench.py
 	$(PY) bench/health_node_bench.py
 

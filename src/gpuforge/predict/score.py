@@ -92,8 +92,8 @@ METRICS = (*COUNTERS, *REMAP_METRICS, *GAUGES)
 REMAP_LIMIT = 512
 #: Xids NVIDIA sends to the application first; recurring on one GPU they point at the GPU.
 RECURRING_XIDS = frozenset({13, 31, 43})
-#: Bins with errors needed before a high rate counts as persistent rather than a burst.
-PERSISTENT_BINS = 3
+#: Elevated bins needed before a high rate counts as persistent rather than a burst.
+PERSISTENT_BINS = 2
 #: Robust z above which a rate or level stands out from its peers.
 PEER_Z = 3.0
 #: A GPU whose temperature rose this much more than its rack's (degrees C) drifts; a rack whose
@@ -340,17 +340,22 @@ def _counter_findings(
         candidates = np.nonzero((recent >= sig.floor_per_h) & (z >= PEER_Z))[0]
     for i in candidates:
         bins = table.bins[i]
-        active = int(np.sum(bins > 0))
+        # a bin is elevated at a quarter of the floor rate: background noise stays below it
+        active = int(np.sum(bins >= sig.floor_per_h * bin_h / 4))
         slope_h = float(table.slope[i]) / bin_h
         base = float(baseline[i]) if np.isfinite(baseline[i]) else 0.0
-        rising = slope_h > 0 and recent[i] > 2 * max(base, sig.floor_per_h / 4)
+        # rising: the robust trend over the window explains a fair part of the recent rate
+        rising = (
+            slope_h * (window.bins - 1) >= recent[i] / 4
+            and recent[i] > 2 * max(base, sig.floor_per_h / 4)
+        )
         numbers = (
             f"{sig.what} {recent[i]:.1f}/h in the last {_span(window.bin_s)}, "
             f"{base:.1f}/h before; peers' median {medians[i]:.1f}/h, robust z {z[i]:.0f}"
         )
         if active < PERSISTENT_BINS:
             strength = 0.1
-            detail = f"one-off burst: {numbers}; errors in {active} of {window.bins} bins"
+            detail = f"one-off burst: {numbers}; elevated in {active} of {window.bins} bins"
         elif rising:
             strength = min(0.95, 0.6 + 0.1 * np.log10(max(recent[i] / sig.floor_per_h, 1.0)))
             detail = f"rising: {numbers}; Theil-Sen slope +{slope_h:.1f}/h per bin"

@@ -1,0 +1,235 @@
+"""Benchmark: ``fleet risk`` on generated fleets of 2,000 nodes x 30 days, several seeds.
+
+Not a test: prints a table. Each seed runs in a fresh subprocess (peak memory, ru_maxrss, is that
+run's alone). A fleet is 2,000 nodes x 8 GPUs x 8 IB ports, one sample per 5 minutes per metric
+(13 metrics: 11 per GPU, 2 per port) over 30 days: about 1.9 billion samples. Written as JSON
+Lines that is some 200 GB, so the scored path generates each node straight into the scorer's
+feature accumulator (:class:`gpuforge.predict.score.FleetFeatures`, the same code that scores a
+history file); the JSON Lines path (write, read, score) is timed separately on a subset of nodes
+and its rate stated. The scorer's time is the feature extraction plus the fleet scoring; the
+generator's time is reported apart.
+
+Scored against the generator's truth: "fails within 7 days of the end of the history". For
+k = the number of such nodes and for the set scored >= 0.5 (what --drain-top may drain), the
+precision and recall, and every false alarm by its cause. Figures are reported per seed and as
+the spread (min / median / max); the thresholds are the scorer's defaults, not tuned to a seed.
+Environment: ``SEEDS`` (default 5), ``NODES`` (2000), ``DAYS`` (30).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 1800
+SEEDS = int(os.environ.get("SEEDS", "5"))
+NODES = int(os.environ.get("NODES", "2000"))
+DAYS = float(os.environ.get("DAYS", "30"))
+JSONL_NODES = 1
+JSONL_DAYS = 7.0
+DRAIN_SCORE = 0.5
+HORIZON_S = 7 * 86400.0
+
+
+def _cause(truth: object, fleet_at: float) -> str:
+    kind = getattr(truth, "kind", "")
+    mode = getattr(truth, "mode", "")
+    fail = getattr(truth, "fail_time", None)
+    if kind == "degrading" and fail is not None and fail > fleet_at + HORIZON_S:
+        return f"degrading ({mode}), fails after 7 d"
+    if kind in ("spike", "steady_high"):
+        return f"{kind} ({mode})"
+    facility = getattr(truth, "facility", "")
+    return f"healthy, {facility} event" if facility else kind
+
+
+def _child(seed: int) -> None:
+    """In the subprocess: generate, score, evaluate one seed; one JSON line on stdout."""
+    from gpuforge.predict.generate import Fleet, FleetSpec  # noqa: PLC0415 - timed import
+    from gpuforge.predict.score import FleetFeatures, score  # noqa: PLC0415
+    from gpuforge.predict.signals import Window  # noqa: PLC0415
+
+    fleet = Fleet(FleetSpec(nodes=NODES, days=DAYS, seed=seed))
+    window = Window(fleet.spec.at)
+    features = FleetFeatures(window)
+    events = []
+    t_gen = t_feat = 0.0
+    samples = 0
+    for name in fleet.names:
+        t0 = time.perf_counter()
+        blocks, node_events = fleet.node(name)
+        t1 = time.perf_counter()
+        for metric, subjects, t, x in blocks:
+            features.add(name, metric, subjects, t, x)
+            samples += x.size
+        t_feat += time.perf_counter() - t1
+        t_gen += t1 - t0
+        events += node_events
+    t0 = time.perf_counter()
+    events.sort(key=lambda e: e.time)
+    report = score(features, events, fleet.labels, horizon_s=HORIZON_S)
+    t_score = time.perf_counter() - t0
+    positives = fleet.fails_within(HORIZON_S)
+    visible = {n for n in positives if (fleet.truth[n].onset or fleet.spec.at) < fleet.spec.at}
+    ranked = [r for r in report.ranked if r.score > 0]
+    k = len(positives)
+    top_k = [r.node for r in ranked[:k]]
+    flagged = [r.node for r in ranked if r.score >= DRAIN_SCORE]
+
+    def causes(nodes: list[str]) -> dict[str, int]:
+        return dict(Counter(_cause(fleet.truth[n], fleet.spec.at) for n in nodes))
+
+    missed = Counter(
+        (fleet.truth[n].mode or fleet.truth[n].kind) + ("" if n in visible else ", no sign yet")
+        for n in positives - set(flagged)
+    )
+    out: dict[str, Any] = {
+        "seed": seed,
+        "samples": samples,
+        "t_gen": t_gen,
+        "t_feat": t_feat,
+        "t_score": t_score,
+        "positives": k,
+        "visible": len(visible),
+        "hits_k": len(set(top_k) & positives),
+        "flagged": len(flagged),
+        "hits_flagged": len(set(flagged) & positives),
+        "false_k": causes([n for n in top_k if n not in positives]),
+        "false_flagged": causes([n for n in flagged if n not in positives]),
+        "missed": dict(missed),
+        "facility": [f"{g.kind} {g.scope} {g.group}" for g in report.groups],
+        "truth_facility": len(fleet.cooling) + len(fleet.fabric),
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    if seed == 0:
+        out["jsonl"] = _jsonl_path(seed)
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+def _jsonl_path(seed: int) -> dict[str, Any]:
+    """Write, read and score a small generated history as JSON Lines: the file path's rate."""
+    from gpuforge.predict.generate import Fleet, FleetSpec  # noqa: PLC0415 - child only
+    from gpuforge.predict.history import read_history, write_history  # noqa: PLC0415
+    from gpuforge.predict.score import score_history  # noqa: PLC0415
+    from gpuforge.predict.signals import Window  # noqa: PLC0415
+
+    small = Fleet(FleetSpec(nodes=JSONL_NODES, days=JSONL_DAYS, seed=seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "subset.jsonl"
+        t0 = time.perf_counter()
+        with path.open("w", encoding="utf-8") as handle:
+            lines = write_history(small.history(), handle)
+        t1 = time.perf_counter()
+        history = read_history(path)
+        t2 = time.perf_counter()
+        score_history(history, Window(small.spec.at))
+        t3 = time.perf_counter()
+        return {
+            "nodes": JSONL_NODES,
+            "days": JSONL_DAYS,
+            "lines": lines,
+            "mb": path.stat().st_size / 1e6,
+            "write_s": t1 - t0,
+            "read_s": t2 - t1,
+            "score_s": t3 - t2,
+        }
+
+
+def _run(seed: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        cwd=REPO,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return (
+        f"{format(min(values), fmt)} / {format(statistics.median(values), fmt)} / "
+        f"{format(max(values), fmt)}"
+    )
+
+
+def _ratio(a: Any, b: Any) -> float:
+    return float(a) / float(b) if float(b) else 0.0
+
+
+def main() -> None:
+    """Run every seed and print the table."""
+    rows = [_run(seed) for seed in range(SEEDS)]
+    print(  # noqa: T201 - a benchmark prints
+        f"fleet risk: {NODES} nodes x {DAYS:g} days, 8 GPUs + 8 IB ports per node, 1 sample per "
+        f"5 min per metric ({int(rows[0]['samples']) / 1e9:.2f} G samples), {SEEDS} seeds"
+    )
+    header = (
+        f"{'seed':>4} {'scorer s':>9} {'(feat+score)':>13} {'gen s':>6} {'peak MB':>8} "
+        f"{'fail<=7d':>8} {'visible':>7} {'P@k=R@k':>7} {'>=0.5':>5} {'P':>5} {'R':>5}"
+    )
+    print(header)  # noqa: T201
+    for r in rows:
+        scorer = float(r["t_feat"]) + float(r["t_score"])
+        k = int(r["positives"])
+        print(  # noqa: T201
+            f"{r['seed']:>4} {scorer:>9.1f} {float(r['t_feat']):>6.1f}+{float(r['t_score']):<6.1f}"
+            f" {float(r['t_gen']):>6.1f} {float(r['peak_mb']):>8.0f} {k:>8} {r['visible']:>7} "
+            f"{_ratio(r['hits_k'], k):>7.2f} {r['flagged']:>5} "
+            f"{_ratio(r['hits_flagged'], r['flagged']):>5.2f} {_ratio(r['hits_flagged'], k):>5.2f}"
+        )
+    scorer_s = [float(r["t_feat"]) + float(r["t_score"]) for r in rows]
+    p_flag = [_ratio(r["hits_flagged"], r["flagged"]) for r in rows]
+    r_flag = [_ratio(r["hits_flagged"], r["positives"]) for r in rows]
+    r_visible = [_ratio(r["hits_flagged"], r["visible"]) for r in rows]
+    p_k = [_ratio(r["hits_k"], r["positives"]) for r in rows]
+    print(f"spread min/median/max: scorer {_spread(scorer_s, '.1f')} s; "  # noqa: T201
+          f"P@k=R@k {_spread(p_k, '.2f')}; score>=0.5: precision {_spread(p_flag, '.2f')}, "
+          f"recall {_spread(r_flag, '.2f')} (of failures with a sign before the end: "
+          f"{_spread(r_visible, '.2f')})")  # fmt: skip
+    false: Counter[str] = Counter()
+    missed: Counter[str] = Counter()
+    for r in rows:
+        false.update(r["false_flagged"])
+        missed.update(r["missed"])
+    print(  # noqa: T201
+        f"false alarms scored >= 0.5, all seeds: {dict(false.most_common()) or 'none'}"
+    )
+    print(f"failures within 7 d not flagged, all seeds: {dict(missed.most_common())}")  # noqa: T201
+    facility = sum(len(r["facility"]) for r in rows)
+    truth = sum(int(r["truth_facility"]) for r in rows)
+    print(  # noqa: T201
+        f"facility findings: {facility} reported, {truth} generated (cooling racks, fabric leaves)"
+    )
+    jsonl = rows[0].get("jsonl")
+    if isinstance(jsonl, dict):
+        lines = int(jsonl["lines"])
+        rate = lines / (jsonl["read_s"] + jsonl["score_s"])
+        full = lines / (JSONL_NODES * jsonl["days"]) * NODES * DAYS
+        print(  # noqa: T201
+            f"JSON Lines path ({jsonl['nodes']} node x {jsonl['days']:g} d): {lines} lines, "
+            f"{jsonl['mb']:.0f} MB; write {jsonl['write_s']:.1f} s, read {jsonl['read_s']:.1f} s, "
+            f"score {jsonl['score_s']:.1f} s = {rate / 1e3:.0f} k lines/s read+score. The full "
+            f"fleet would be {full / 1e9:.1f} G lines (~{full / rate / 3600:.0f} h): a file is "
+            "for exchange and small fleets; fleets are scored from arrays"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _child(int(sys.argv[2]))
+    else:
+        main()
