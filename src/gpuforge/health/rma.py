@@ -328,9 +328,9 @@ def _failing_output(
 ) -> str:
     """Every raw output the store and the reports hold for the failing check (and failures)."""
     parts = [f"# {node}: raw output of the failing check {check or '(unknown)'}"]
-    records = [row.record for row in history.latest().values() if row.node == node]
-    records += list(reversed(history.changes(node)))[:20]
-    for record in records:
+    # The records that changed the node's verdict, newest first: the failing one is among them
+    # (the store keeps every verdict change whole; latest() would read the whole fleet's rows).
+    for record in list(reversed(history.changes(node)))[:20]:
         for c in record.get("checks") or []:
             if isinstance(c, Mapping) and (
                 c.get("check") == check or (not check and c.get("status") == "fail")
