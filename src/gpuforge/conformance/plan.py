@@ -24,7 +24,7 @@ TASK_MINUTES = {"passive": 3, "quick": 5, "burnin": 25}
 #: Base states in which a node runs nothing and can take a task.
 IDLE_STATES = frozenset({"IDLE"})
 #: Slurm's ``MaxArraySize`` as the slurm role sets it (array indices stay below it).
-MAX_ARRAY_SIZE = 200_001
+MAX_ARRAY_SIZE = 50_001
 
 
 @dataclass(frozen=True)

@@ -297,5 +297,5 @@ def test_reports_are_written_and_readable(
 
 def test_the_sbatch_calls_do_not_grow_with_the_fleet() -> None:
     assert plan.chunks(12_500) == [12_500]
-    assert len(plan.chunks(100_000)) == 1
+    assert plan.chunks(100_000) == [50_000, 50_000]  # MaxArraySize 50001 (slurm role)
     assert plan.chunks(5, max_array_size=3) == [2, 2, 1]
