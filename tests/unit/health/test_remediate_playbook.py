@@ -57,4 +57,8 @@ def test_gpu_reset_is_nvidia_smi_per_gpu_or_all() -> None:
         for t in _tasks(_play()["tasks"])
         if "ansible.builtin.command" in t
     ]
-    assert commands == ["nvidia-smi -r", "nvidia-smi -r -i {{ item | int }}"]
+    assert commands == [
+        "nvidia-smi -r",
+        "nvidia-smi -r -i {{ item | int }}",
+        "systemctl is-system-running --wait",  # after a reboot: services up before validation
+    ]
