@@ -315,3 +315,15 @@ def test_rma_verdict_reason_is_the_check_with_rma() -> None:
     reason = parse_reason(verdict_reason(verdict, "rma"))
     assert reason is not None
     assert (reason.check, reason.action) == ("gpu.row_remap", "rma")
+
+
+def test_dry_run_counts_earlier_failures(rig: Rig) -> None:
+    rig.validator.status["gpu01"] = Status.FAIL
+    rig.run()
+    events = len(rig.history.events())
+    candidates, _ = rem.candidates_now(rig.admission, None)
+    (plan,) = rig.remediator(rem.Policy(failures=1)).plan(candidates)
+    assert plan.failures == 1
+    assert "would escalate to RMA (1 failed remediations within 7 days)" in plan.detail
+    assert len(rig.history.events()) == events
+    assert rig.state("gpu01") == ("IDLE+DRAIN", XID)
