@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuforge.predict.history import SeriesKey
+from gpuforge.predict.history import History, SeriesKey
 from gpuforge.predict.score import (
     BANKS_LOW,
     ECC_SBE,
@@ -135,3 +135,27 @@ def test_counter_reset_is_not_a_negative_or_huge_rate() -> None:
     set_series(history, SeriesKey("gpu01", ECC_SBE, gpu=0), values)
     report = score_history(history, WINDOW)
     assert all(r.score == 0 for r in report.ranked)
+
+
+def test_lab_shaped_ecc_degradation_over_one_hour_ranks_first() -> None:
+    """The simulator's ecc_degrading: 0 -> 600/h linearly over an hour, remapped rows 0 -> 6."""
+    history = History(source="lab")
+    t = 1_795_000_000.0 + 15.0 * np.arange(1, 241)  # one hour of 15 s scrapes
+    elapsed = t - t[0]
+    for n in range(4):
+        node = f"gpu{n + 1:02d}"
+        history.labels[node] = {"rack": f"r{n // 2}", "node_type": "lab"}
+        for g in range(8):
+            errors = np.zeros(len(t))
+            rows = np.zeros(len(t))
+            if (node, g) == ("gpu03", 5):
+                errors = np.floor(600 / 3600 * elapsed**2 / (2 * 3600))
+                rows = np.floor(6 * elapsed / 3600)
+            history.series[SeriesKey(node, ECC_SBE, gpu=g)] = (t, errors)
+            history.series[SeriesKey(node, REMAP_CORRECTABLE, gpu=g)] = (t, rows)
+    report = score_history(history, Window(float(t[-1]), 3600.0))
+    top = report.ranked[0]
+    assert (top.node, top.findings[0].subject) == ("gpu03", "gpu5")
+    assert {f.signal for f in top.findings} == {"row_remap", "ecc_sbe_rate"}
+    assert top.score >= 0.5
+    assert all(r.score == 0 for r in report.ranked[1:])
