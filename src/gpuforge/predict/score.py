@@ -345,10 +345,8 @@ def _counter_findings(
         slope_h = float(table.slope[i]) / bin_h
         base = float(baseline[i]) if np.isfinite(baseline[i]) else 0.0
         # rising: the robust trend over the window explains a fair part of the recent rate
-        rising = (
-            slope_h * (window.bins - 1) >= recent[i] / 4
-            and recent[i] > 2 * max(base, sig.floor_per_h / 4)
-        )
+        trend = slope_h * (window.bins - 1) >= recent[i] / 4
+        rising = trend and recent[i] > 2 * max(base, sig.floor_per_h / 4)
         numbers = (
             f"{sig.what} {recent[i]:.1f}/h in the last {_span(window.bin_s)}, "
             f"{base:.1f}/h before; peers' median {medians[i]:.1f}/h, robust z {z[i]:.0f}"
