@@ -84,7 +84,8 @@ def _bundle_inputs(
     type=click.IntRange(min=1),
     default=rem.Policy.failures,
     show_default=True,
-    help="Failed remediations within --window-days that send a node to RMA.",
+    help="Remediations within --window-days that failed or did not hold (the node was drained "
+    "for the same check again) that send a node to RMA.",
 )
 @click.option(
     "--window-days",
@@ -113,7 +114,8 @@ def remediate(
     """Reset or reboot NODES (a hostlist) or every --pending node, re-validate, resume on a pass.
 
     Only nodes gpuforge drained with a reset_gpu or reboot reason and that run no job are
-    touched; inspect goes straight to RMA, and two failed remediations within a week too.
+    touched; inspect goes straight to RMA, and so do nodes whose last two remediations within a
+    week failed or did not hold.
     Exit 0 nothing failed; 1 a node failed or went to RMA; 2 a re-validation was inconclusive.
     """
     if bool(nodes) == pending:

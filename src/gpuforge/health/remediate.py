@@ -12,10 +12,11 @@ The loop (docs/health.md, "Remediation and RMA"; one runbook per action in docs/
 4. **Admit** through :class:`gpuforge.admission.Admission`: a pass resumes the node; an
    inconclusive run (hold) leaves it as it was; a failure leaves it drained with its reason (the
    window gives it back), and the failure counts.
-5. **Escalate** to RMA: after ``Policy.failures`` failed remediations within ``Policy.window_s``
-   (two in seven days, as NVSentinel and gpud do), and at once for ``inspect`` (a person has to
-   reseat or inspect the part). The evidence bundle is written (:mod:`gpuforge.health.rma`),
-   then the node is drained ``gpuforge:<check>:rma`` through admission.
+5. **Escalate** to RMA: after ``Policy.failures`` remediations within ``Policy.window_s`` that
+   failed or did not hold (the node came back drained for the same check; two in seven days, as
+   NVSentinel and gpud do), and at once for ``inspect`` (a person has to reseat or inspect the
+   part). The evidence bundle is written (:mod:`gpuforge.health.rma`), then the node is drained
+   ``gpuforge:<check>:rma`` through admission.
 
 Every step is an event in the history store (kind ``remediation`` or ``rma``, step in
 ``data["step"]``), written before the next step starts. A killed run is safe to run again: a
@@ -157,15 +158,22 @@ class Remediator:
     policy: Policy = field(default_factory=Policy)
     clock: Callable[[], float] = time.time
 
-    def failures(self, node: str) -> int:
-        """Concluded, failed remediations of ``node`` within the policy's window."""
+    def failures(self, node: str, check: str) -> int:
+        """Remediations of ``node`` within the policy's window that failed or did not hold.
+
+        For a node drained for ``check`` now: a remediation that failed counts, and so does one
+        that resumed the node for the same check, since the fault came back (gpud's rule: a
+        reboot, then the failure again, is hardware). Interrupted ones do not count.
+        """
         since = self.clock() - self.policy.window_s
-        return sum(
-            1
-            for e in self.history.events(node=node, kinds=[EVENT_REMEDIATION], since=since)
-            if (e.data or {}).get("step") == "concluded"
-            and (e.data or {}).get("outcome") == "failed"
-        )
+        count = 0
+        for e in self.history.events(node=node, kinds=[EVENT_REMEDIATION], since=since):
+            data = e.data or {}
+            if data.get("step") != "concluded":
+                continue
+            outcome = data.get("outcome")
+            count += outcome == "failed" or (outcome == "resumed" and e.check == check)
+        return count
 
     def _pending_step(self, node: str) -> str:
         """The step the node's last remediation stopped at ("" when it concluded)."""
@@ -177,7 +185,7 @@ class Remediator:
         """What :meth:`run` would do, changing nothing (``--dry-run``)."""
         out: list[Outcome] = []
         for c in candidates:
-            failures = self.failures(c.node)
+            failures = self.failures(c.node, c.check)
             why = self._escalation(c, failures)
             if why:
                 detail = f"would escalate to RMA ({why}), write a bundle, drain {c.check}:rma"
@@ -193,7 +201,7 @@ class Remediator:
             return f"{c.action} needs a person"
         if failures >= self.policy.failures:
             days = self.policy.window_s / 86400
-            return f"{failures} failed remediations within {days:g} days"
+            return f"{failures} remediations within {days:g} days failed or did not hold"
         return ""
 
     def run(self, candidates: Sequence[Candidate]) -> list[Outcome]:
@@ -204,7 +212,7 @@ class Remediator:
         todo: dict[str, list[Candidate]] = {}
         validate_only: list[Candidate] = []
         for c in candidates:
-            why = self._escalation(c, self.failures(c.node))
+            why = self._escalation(c, self.failures(c.node, c.check))
             if why:
                 out.append(self.escalate(c, why))
             elif self._pending_step(c.node) == "acted":
@@ -286,8 +294,8 @@ class Remediator:
         data: Mapping[str, Any] | None = None,
         slurm: NodeAction | None = None,
     ) -> Outcome:
+        failures = self.failures(c.node, c.check) + (result == "failed")
         self._event(c, "concluded", detail, {"outcome": result, **(data or {})})
-        failures = self.failures(c.node)
         state = f"{slurm.action}: {slurm.before} -> {slurm.after}" if slurm else ""
         return Outcome(c.node, result, detail, c.check, c.action, failures, slurm=state)
 
@@ -326,7 +334,7 @@ class Remediator:
             f"escalated to RMA: {why}",
             c.check,
             c.action,
-            self.failures(c.node),
+            self.failures(c.node, c.check),
             bundle,
             f"{action.action}: {action.before} -> {action.after} ({action.reason})",
         )

@@ -307,7 +307,7 @@ def test_killed_during_the_action_runs_it_again(rig: Rig) -> None:
     out = rig.run()
     assert out["gpu01"].result == "resumed"
     assert len(rig.play.calls) == 2
-    assert rig.remediator().failures("gpu01") == 0
+    assert out["gpu01"].failures == 0  # the interrupted attempt does not count
 
 
 def test_rma_verdict_reason_is_the_check_with_rma() -> None:
@@ -324,6 +324,31 @@ def test_dry_run_counts_earlier_failures(rig: Rig) -> None:
     candidates, _ = rem.candidates_now(rig.admission, None)
     (plan,) = rig.remediator(rem.Policy(failures=1)).plan(candidates)
     assert plan.failures == 1
-    assert "would escalate to RMA (1 failed remediations within 7 days)" in plan.detail
+    assert "would escalate to RMA (1 remediations within 7 days failed or did not hold)" in (
+        plan.detail
+    )
     assert len(rig.history.events()) == events
     assert rig.state("gpu01") == ("IDLE+DRAIN", XID)
+
+
+def test_a_fix_that_does_not_hold_counts(rig: Rig) -> None:
+    assert rig.run()["gpu01"].result == "resumed"
+    rig.clock.now += DAY
+    rig.slurm.nodes["gpu01"] = ("IDLE+DRAIN", XID)  # the same fault is back
+    again = rig.run()["gpu01"]
+    assert (again.result, again.failures) == ("resumed", 1)
+    rig.clock.now += DAY
+    rig.slurm.nodes["gpu01"] = ("IDLE+DRAIN", XID)
+    third = rig.run()["gpu01"]
+    assert third.result == "escalated"  # straight away: two fixes within 7 days did not hold
+    assert "did not hold" in third.detail
+    assert len(rig.play.calls) == 2
+    assert rig.state("gpu01") == ("IDLE+DRAIN", "gpuforge:gpu.xid:rma")
+
+
+def test_a_fix_of_another_check_does_not_count(rig: Rig) -> None:
+    assert rig.run()["gpu01"].result == "resumed"
+    rig.clock.now += DAY
+    rig.slurm.nodes["gpu01"] = ("IDLE+DRAIN", "gpuforge:gpu.row_remap:reset_gpu")
+    out = rig.run()["gpu01"]
+    assert (out.result, out.failures) == ("resumed", 0)
