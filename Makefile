@@ -91,6 +91,7 @@ bench: setup ## Print measured performance figures
 	$(PY) bench/predict_bench.py
 	$(PY) bench/health_collector_bench.py
 	$(PY) bench/health_node_bench.py
+	$(PY) bench/conformance_bench.py
 
 .PHONY: deploy-phase
 # With a lab spec (lab.yaml, lab-roce.yaml: named as their file), deploy-phase first brings that
@@ -101,6 +102,14 @@ LAB_DIR := .lab/$(basename $(notdir $(SPEC)))
 deploy-phase: setup $(if $(IS_LAB),lab-up) ## Provision, validate and admit one rollout phase (PHASE=1 SPEC=lab)
 	$(if $(IS_LAB),ANSIBLE_CONFIG=$(CURDIR)/$(LAB_DIR)/ansible.cfg) $(BIN)/gpuforge deploy --phase $(PHASE) --level $(LEVEL) $(SPEC) \
 	  $(if $(IS_LAB),--inventory $(LAB_DIR)/inventory,$(if $(INVENTORY),--inventory $(INVENTORY)))
+
+.PHONY: conformance
+# CLUSTER names inventory/<CLUSTER> (or INVENTORY=dir); a lab's is .lab/<lab>/inventory.
+CLUSTER ?= $(basename $(notdir $(SPEC)))
+CONFORMANCE_LEVEL ?= quick
+conformance: setup ## Nightly conformance now: one Slurm job array over the idle nodes, report of what changed (CLUSTER=, INVENTORY=, CONFORMANCE_LEVEL=, CONFORMANCE_ARGS=)
+	$(BIN)/gpuforge conformance run --level $(CONFORMANCE_LEVEL) \
+	  $(if $(INVENTORY),--inventory $(INVENTORY),$(if $(wildcard .lab/$(CLUSTER)/inventory),--inventory .lab/$(CLUSTER)/inventory,$(CLUSTER))) $(CONFORMANCE_ARGS)
 
 .PHONY: lab-image
 lab-image: setup system-deps ## Build the lab node image and the signed lab mirror (cached)
