@@ -78,6 +78,20 @@ def _event(e: StoreEvent) -> Event | None:
     return Event(e.at, e.node, e.kind, e.gpu, e.code, detail)
 
 
+def _carried(
+    snaps: list[tuple[float, Mapping[str, Any]]], since: float | None, until: float | None
+) -> list[tuple[float, Mapping[str, Any]]]:
+    """Snapshots within ``[since, until]``, the last one before ``since`` moved to ``since``."""
+    snaps.sort(key=lambda s: s[0])
+    before = [s for s in snaps if since is not None and s[0] < since]
+    inside = [
+        s for s in snaps if (since is None or s[0] >= since) and (until is None or s[0] <= until)
+    ]
+    if before and since is not None:
+        inside.insert(0, (since, before[-1][1]))
+    return inside
+
+
 def from_store(
     store: HistoryStore,
     *,
@@ -91,19 +105,24 @@ def from_store(
     for node, tags in (labels or {}).items():
         history.labels[node] = dict(tags)
     points: dict[SeriesKey, list[tuple[float, float]]] = {}
-    for node in sorted(store.latest()):
-        for snap in store.counters(node, since=since):
-            if until is not None and snap.at > until:
-                break
-            for counter, value in snap.counters.items():
+    latest = store.latest()
+    for node in sorted(latest):
+        # the store keeps a snapshot only when a counter moved: a gap means "unchanged", so the
+        # value before the window is carried to its start and the newest record's to its time
+        snaps = [(s.at, s.counters) for s in store.counters(node)]
+        row = latest[node]
+        if until is None or row.at <= until:
+            snaps.append((row.at, dict(row.record.get("counters") or {})))
+        for at, counters in _carried(snaps, since, until):
+            for counter, value in counters.items():
                 key = _sample_key(node, counter)
                 if key is not None and isinstance(value, int | float):
-                    points.setdefault(key, []).append((snap.at, float(value)))
+                    points.setdefault(key, []).append((at, float(value)))
     for key, pairs in points.items():
-        pairs.sort()
+        by_time = sorted(dict(pairs).items())
         history.series[key] = (
-            np.asarray([p[0] for p in pairs], dtype=np.float64),
-            np.asarray([p[1] for p in pairs], dtype=np.float64),
+            np.asarray([p[0] for p in by_time], dtype=np.float64),
+            np.asarray([p[1] for p in by_time], dtype=np.float64),
         )
     for e in store.events(since=since, until=until):
         mapped = _event(e)

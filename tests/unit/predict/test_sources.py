@@ -15,6 +15,8 @@ import pytest
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict.history import SeriesKey
+from gpuforge.predict.score import score_history
+from gpuforge.predict.signals import Window
 from gpuforge.predict.sources import from_prometheus, from_store
 from tests.unit.history.records import T0, record
 
@@ -129,3 +131,17 @@ def test_store_counters_and_events_become_the_history(tmp_path: Path) -> None:
         ("drain", None, "gpuforge:gpu.xid:reboot"),
     ]
     assert history.labels == {"gpu01": {"rack": "r1"}}
+
+
+def test_store_gaps_mean_unchanged_so_a_quiet_node_spans_the_window(tmp_path: Path) -> None:
+    """The store snapshots counters only when they move: a quiet node is not 'too little data'."""
+    counters = {"gpu/0/ecc_sbe_volatile": 7}
+    with HistoryStore.open(tmp_path / "history.db") as store:
+        store.ingest([record("gpu01", at=T0, counters=counters)])
+        store.ingest([record("gpu01", at=T0 + 5 * 86400, counters=counters)])
+        history = from_store(store, since=T0 + 86400)
+    times, values = history.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=0)]
+    assert list(times) == [T0 + 86400, T0 + 5 * 86400]  # carried to the window's start
+    assert list(values) == [7.0, 7.0]
+    report = score_history(history, Window(T0 + 5 * 86400, 4 * 86400))
+    assert [(r.node, r.status) for r in report.nodes] == [("gpu01", "scored")]
