@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from gpuforge_sim import __version__ as SIM_VERSION  # noqa: E402, N812
+from gpuforge_sim.dcgm_exporter import COUNTERS_CSV  # noqa: E402
 
 LIB = "/usr/lib/gpuforge-sim"
 MAINTAINER = "gpuforge lab <lab@gpuforge.invalid>"
@@ -29,6 +30,9 @@ NCCL_VERSIONS = ("2.26.2", "2.25.1")
 NCCL_CUDA = "12.8"
 CUDA_TOOLKIT = ("12-8", "12.8.1", "12.8.93")  # package suffix, version, nvcc release
 DCGM_VERSION = "1:4.2.3-1"
+# NVIDIA's CUDA repository names the exporter's package datacenter-gpu-manager-exporter and
+# versions it <exporter release>-<DCGM version>-1 (the image tags read 4.2.3-4.1.3).
+DCGM_EXPORTER_VERSION = "4.1.3-4.2.3-1"
 NCCL_TESTS_VERSION = "2.13.13-1"
 GPU_BURN_VERSION = "0.0~git20240221-1"
 # Same names as Debian 12's packages with a higher version, so apt prefers the simulated tools
@@ -131,13 +135,42 @@ ExecStart=/usr/sbin/gpuforge-sim-netdevs
 WantedBy=multi-user.target
 """
 
+SYSFS_UNIT = """[Unit]
+Description=IB ports' sysfs-shaped tree under /var/lib/gpuforge-sim/sys (gpuforge lab simulator)
+After=local-fs.target
+
+[Service]
+Type=simple
+ExecStart=/usr/sbin/gpuforge-sim-sysfs --every 5
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 COMMON_POSTINST = """#!/bin/sh
-# gpuforge lab simulator: create the rail interfaces now and at every boot.
+# gpuforge lab simulator: create the rail interfaces now and at every boot, and keep the IB
+# ports' sysfs-shaped tree fresh.
 set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl enable --now gpuforge-sim-netdevs.service >/dev/null 2>&1 || true
+    systemctl enable gpuforge-sim-sysfs.service >/dev/null 2>&1 || true
+    systemctl restart gpuforge-sim-sysfs.service >/dev/null 2>&1 || true
 fi
 exit 0
+"""
+
+DCGM_EXPORTER_UNIT = """[Unit]
+Description=NVIDIA DCGM exporter (gpuforge lab simulator)
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv -a :9400
+Restart=always
+
+[Install]
+WantedBy=multi-user.target
 """
 
 DEVICES_UNIT = """[Unit]
@@ -275,6 +308,8 @@ def common_package() -> Package:
         files[f"{LIB}/wrappers/{tool}"] = entry(tool)
     files["/usr/sbin/gpuforge-sim-netdevs"] = entry("gpuforge-sim-netdevs")
     files["/lib/systemd/system/gpuforge-sim-netdevs.service"] = (NETDEVS_UNIT, 0o644)
+    files["/usr/sbin/gpuforge-sim-sysfs"] = entry("gpuforge-sim-sysfs")
+    files["/lib/systemd/system/gpuforge-sim-sysfs.service"] = (SYSFS_UNIT, 0o644)
     files["/var/lib/gpuforge-sim/README"] = (
         "The lab writes state.json here: this node's hardware, the lab's faults and fabric.\n",
         0o644,
@@ -427,6 +462,17 @@ def tool_packages() -> list[Package]:
                 "/usr/bin/dcgmi": entry("dcgmi"),
                 "/usr/bin/nv-hostengine": entry("nv-hostengine"),
                 "/lib/systemd/system/nvidia-dcgm.service": (DCGM_UNIT, 0o644),
+            },
+        ),
+        Package(
+            "datacenter-gpu-manager-exporter",
+            DCGM_EXPORTER_VERSION,
+            "NVIDIA DCGM exporter for Prometheus (simulated dcgm-exporter on :9400)",
+            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", "datacenter-gpu-manager-4-core"],
+            {
+                "/usr/bin/dcgm-exporter": entry("dcgm-exporter"),
+                "/etc/dcgm-exporter/default-counters.csv": (COUNTERS_CSV, 0o644),
+                "/lib/systemd/system/nvidia-dcgm-exporter.service": (DCGM_EXPORTER_UNIT, 0o644),
             },
         ),
         Package(

@@ -5,7 +5,7 @@ Lives only in the lab (lab/sim/ and the lab mirror's packages). Production code 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 SIM_BANNER = "gpuforge lab simulator, not NVIDIA software"
 SIM_BANNER_RDMA = "gpuforge lab simulator, not NVIDIA or linux-rdma software"

@@ -10,6 +10,7 @@ from .state import SimError
 
 def _tools() -> dict[str, Callable[[list[str]], int]]:
     from . import (  # noqa: PLC0415
+        dcgm_exporter,
         dcgmi,
         devices,
         fabricmanager,
@@ -19,6 +20,7 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         nccl,
         netdevs,
         nvsmi,
+        sysfs,
     )
 
     table: dict[str, Callable[[list[str]], int]] = {
@@ -36,6 +38,8 @@ def _tools() -> dict[str, Callable[[list[str]], int]]:
         "nv-fabricmanager": fabricmanager.main,
         "nvidia-modprobe": devices.main,
         "gpuforge-sim-netdevs": netdevs.main,
+        "gpuforge-sim-sysfs": sysfs.main,
+        "dcgm-exporter": dcgm_exporter.main,
     }
     for coll in nccl.COLLECTIVES:
         table[f"{coll}_perf"] = nccl.make_main(coll)
@@ -57,6 +61,8 @@ TOOLS = (
     "nv-fabricmanager",
     "nvidia-modprobe",
     "gpuforge-sim-netdevs",
+    "gpuforge-sim-sysfs",
+    "dcgm-exporter",
     "all_reduce_perf",
     "all_gather_perf",
     "alltoall_perf",

@@ -22,7 +22,9 @@ Fault file::
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,7 +62,60 @@ FAULT_KINDS: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
     "wrong_nccl": ("node", {"version": _STR}, {}),
     "missing_peermem": ("node", {}, {}),
     "fabricmanager_down": ("node", {}, {}),
+    "ib_errors": ("node", {"rail": _INT}, {"counter": "symbol_error", "per_hour": 600}),
+    "ecc_degrading": (
+        "node",
+        {"gpu": _INT},
+        {"hours": 1, "peak_per_hour": 600, "rows": 6, "speedup": 1},
+    ),
+    "power_high": ("node", {}, {"load": 0.98}),
 }
+#: When a node fault goes away by itself: a GPU reset (``nvidia-smi -r``), a reboot, or never
+#: (a part must be replaced; the fault stays until the fault file drops it).
+CLEARS_ON = ("reset", "reboot", "never")
+#: Default ``clears_on`` per kind: what resetting or rebooting a real node does to that fault.
+#: Volatile ECC counts, pending remaps (a reset activates them), NVLink training and locked
+#: clocks go with a GPU reset; a lost GPU (Xid 79), a hung GSP (Xid 119) and the fabric manager
+#: need a reboot; hardware (a GPU off the bus, a remap failure, cables, ports, HBM) needs a hand.
+DEFAULT_CLEARS_ON: dict[str, str] = {
+    "gpu_missing": "never",
+    "ecc_uncorrectable": "reset",
+    "row_remap_pending": "reset",
+    "row_remap_failure": "never",
+    "xid": "reset",
+    "nvlink_down": "reset",
+    "throttle": "never",
+    "hbm_degraded": "never",
+    "burn_faulty": "never",
+    "pcie_downtrained": "reboot",
+    "clocks_locked": "reset",
+    "ib_port_down": "never",
+    "ib_port_polling": "never",
+    "ib_wrong_rate": "never",
+    "link_flap": "never",
+    "slow_nic": "never",
+    "wrong_driver": "never",
+    "wrong_nccl": "never",
+    "missing_peermem": "reboot",
+    "fabricmanager_down": "reboot",
+    "ib_errors": "never",
+    "ecc_degrading": "never",
+    "power_high": "never",
+}
+#: Xid codes whose default differs from the ``xid`` kind's: 79 (fallen off the bus) and 119
+#: (GSP timeout) need a reboot, 64 (remap failure) is hardware.
+XID_CLEARS_ON: dict[int, str] = {79: "reboot", 119: "reboot", 64: "never"}
+#: IB port counters an ``ib_errors`` fault can grow (the kernel's sysfs counter file names).
+IB_ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
 _OPTIONAL_TYPES: dict[str, str] = {
     "count": _INT,
     "links": _INTLIST,
@@ -71,6 +126,13 @@ _OPTIONAL_TYPES: dict[str, str] = {
     "rate_gbps": _INT,
     "node": _STR,
     "hours": _INT,
+    "counter": _STR,
+    "per_hour": _INT,
+    "peak_per_hour": _INT,
+    "rows": _INT,
+    "speedup": _INT,
+    "load": _FLOAT,
+    "clears_on": _STR,
 }
 THROTTLE_REASONS = ("thermal", "sw_thermal", "power", "power_brake")
 # Xid codes the simulator knows the driver's message for (open-gpu-kernel-modules nverror.h).
@@ -92,6 +154,13 @@ XID_MESSAGES: dict[int, str] = {
     119: "Timeout after 6s of waiting for RPC response from GPU1 GSP! Expected function 76 "
     "(GSP_RM_CONTROL) (0x20800a4c 0x4).",
 }
+
+
+def default_clears_on(fault: Mapping[str, Any]) -> str:
+    """What clears ``fault`` when the fault file does not say (``DEFAULT_CLEARS_ON``)."""
+    if fault["kind"] == "xid":
+        return XID_CLEARS_ON.get(int(fault.get("code", 0)), "reset")
+    return DEFAULT_CLEARS_ON.get(str(fault["kind"]), "never")
 
 
 class FaultFileError(ValueError):
@@ -163,6 +232,8 @@ def validate_fault_doc(doc: Any, source: str = "<fault file>") -> dict[str, Any]
             _check_type(where, "node", node, _STR)
             fault["node"] = node
         allowed = {"kind", "node", "note", *required, *optional}
+        if scope == "node":
+            allowed.add("clears_on")
         extra = set(item) - allowed
         if extra:
             raise FaultFileError(
@@ -188,6 +259,20 @@ def validate_fault_doc(doc: Any, source: str = "<fault file>") -> dict[str, Any]
                 f"{where}: code {fault['code']} has no simulated message; "
                 f"known: {', '.join(str(c) for c in XID_MESSAGES)}"
             )
+        if kind == "ib_errors" and fault["counter"] not in IB_ERROR_COUNTERS:
+            raise FaultFileError(
+                f"{where}: counter must be one of {', '.join(IB_ERROR_COUNTERS)}, "
+                f"got {fault['counter']!r}"
+            )
+        if kind == "ecc_degrading" and (fault["hours"] < 1 or fault["speedup"] < 1):
+            raise FaultFileError(f"{where}: hours and speedup must be >= 1")
+        if scope == "node":
+            clears = item.get("clears_on", default_clears_on(fault))
+            if clears not in CLEARS_ON:
+                raise FaultFileError(
+                    f"{where}: clears_on must be one of {', '.join(CLEARS_ON)}, got {clears!r}"
+                )
+            fault["clears_on"] = clears
         if "note" in item:
             fault["note"] = str(item["note"])
         faults.append(fault)
@@ -262,10 +347,26 @@ def _node_entry(node: Mapping[str, Any], kind: str) -> dict[str, Any]:
     return entry
 
 
+def fault_id(fault: Mapping[str, Any]) -> str:
+    """A fault's identity: its content and the moment it was injected."""
+    body = {k: v for k, v in fault.items() if k not in ("id", "note")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _content(fault: Mapping[str, Any]) -> str:
+    return json.dumps(
+        {k: v for k, v in fault.items() if k not in ("id", "injected_at", "note")}, sort_keys=True
+    )
+
+
 def build_lab_state(
-    fault_doc: Mapping[str, Any], cluster_info: Mapping[str, Any]
+    fault_doc: Mapping[str, Any], cluster_info: Mapping[str, Any], now: float | None = None
 ) -> dict[str, Any]:
     """The part of the state that every node shares: all nodes, their faults, the fabric.
+
+    Every node fault is stamped with ``injected_at`` (``now``, epoch seconds) and an ``id``:
+    the simulator dates its kernel-log lines and grows its counters from that moment, and a
+    GPU reset or reboot clears it by that id (``clears_on``).
 
     Raises:
         FaultFileError: a fault names a node, GPU, rail or leaf the lab does not have.
@@ -304,7 +405,10 @@ def build_lab_state(
                 f"{where}: {fault['node']} has {len(node['rails'])} rail(s); "
                 f"rail {fault['rail']} does not exist"
             )
-        node["faults"].append({k: v for k, v in fault.items() if k != "node"})
+        entry = {k: v for k, v in fault.items() if k != "node"}
+        entry["injected_at"] = round(time.time() if now is None else now, 3)
+        entry["id"] = fault_id(entry)
+        node["faults"].append(entry)
     return {
         "schema": STATE_SCHEMA_VERSION,
         "cluster": str(cluster_info.get("name", "lab")),
@@ -320,7 +424,10 @@ def build_lab_state(
 
 
 def node_state(
-    fault_doc: Mapping[str, Any], cluster_info: Mapping[str, Any], hostname: str
+    fault_doc: Mapping[str, Any],
+    cluster_info: Mapping[str, Any],
+    hostname: str,
+    now: float | None = None,
 ) -> dict[str, Any]:
     """The JSON document to write to ``/var/lib/gpuforge-sim/state.json`` on ``hostname``.
 
@@ -330,7 +437,7 @@ def node_state(
     Raises:
         FaultFileError: the faults do not fit the lab, or ``hostname`` is not in it.
     """
-    state = build_lab_state(fault_doc, cluster_info)
+    state = build_lab_state(fault_doc, cluster_info, now)
     if hostname not in state["nodes"]:
         raise FaultFileError(f"node_state: {hostname!r} is not a node of this lab")
     pins: dict[str, str] = {}
@@ -341,6 +448,30 @@ def node_state(
             pins["nccl_version"] = fault["version"]
     state["hostname"] = hostname
     state["package_pins"] = pins
+    return state
+
+
+def carry_over(state: dict[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Keep the injection time and id of faults that ``previous`` (the node's last state) had.
+
+    Loading a fault file again with a fault that is already there must not inject it again
+    (a new Xid line, counters restarting); only new faults get the new time. Changes ``state``
+    in place and returns it.
+    """
+    if not previous:
+        return state
+    old_nodes = previous.get("nodes") or {}
+    for host, node in state.get("nodes", {}).items():
+        before: dict[str, list[dict[str, Any]]] = {}
+        for f in (old_nodes.get(host) or {}).get("faults") or []:
+            if "injected_at" in f:
+                before.setdefault(_content(f), []).append(f)
+        for f in node.get("faults", []):
+            same = before.get(_content(f))
+            if same:
+                old = same.pop(0)
+                f["injected_at"] = old["injected_at"]
+                f["id"] = old.get("id") or fault_id(f)
     return state
 
 

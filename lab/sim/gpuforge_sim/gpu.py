@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import lifecycle
+from .counters import ecc_degrading
 from .skus import Sku
 from .state import NodeView
 
@@ -76,6 +78,7 @@ def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912, PLR0915 - o
     if sku is None:
         return []
     out: list[GpuHealth] = []
+    boot, at = lifecycle.boot_time(), lifecycle.now()
     for index, phys in enumerate(node.visible_gpus()):
         rng = node.rng("gpu", phys)
         idle_temp = 27 + rng.randint(0, 6)
@@ -132,6 +135,10 @@ def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912, PLR0915 - o
                 g.hbm_factor = min(g.hbm_factor, float(f.get("factor", 0.7)))
             elif kind == "burn_faulty":
                 g.burn_faulty = True
+            elif kind == "ecc_degrading":
+                errors, rows = ecc_degrading(f, boot, at)
+                g.dram_correctable += errors
+                g.remap_corr += rows
             elif kind == "clocks_locked":
                 # `nvidia-smi -ac`/`-lgc` below the maximum: no fault reason, just slower
                 factor = float(f.get("factor", 0.63))
@@ -139,6 +146,12 @@ def gpu_health(node: NodeView) -> list[GpuHealth]:  # noqa: PLR0912, PLR0915 - o
                 g.graphics_mhz = min(g.graphics_mhz, g.app_graphics_mhz)
                 g.reasons["applications_clocks_setting"] = True
                 g.compute_factor = min(g.compute_factor, factor)
+        for f in node.faults:
+            if f["kind"] == "power_high":
+                # a GPU working flat out: draw near the limit (rack power over its budget)
+                g.power_w = round(sku.power_limit_w * float(f.get("load", 0.98)), 2)
+                g.temp_c = max(g.temp_c, 71)
+                g.mem_temp_c = max(g.mem_temp_c, 79)
         g.nvlinks_down = node.nvlinks_down(phys)
         out.append(g)
     return out

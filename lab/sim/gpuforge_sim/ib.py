@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from . import SIM_BANNER_RDMA
+from .counters import PORT_COUNTERS, port_counters, saturated
 from .perf import ib_write_gbps, rail_rate_gbps
 from .state import Lab, NodeView, load_lab
 
@@ -122,8 +123,8 @@ def ibstat_main(argv: list[str]) -> int:
 
 
 def link_downed(node: NodeView, rail: int) -> int:
-    """The port's LinkDownedCounter: one per simulated flap, 8 bits wide like PortCounters'."""
-    return min(255, sum(int(f.get("count", 3)) for f in node.rail_faults(rail, "link_flap")))
+    """The port's LinkDownedCounter as PortCounters shows it (8 bits wide)."""
+    return saturated("link_downed", port_counters(node, rail)["link_downed"])
 
 
 def perfquery_main(argv: list[str]) -> int:
@@ -151,28 +152,35 @@ def perfquery_main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 255
+    now = port_counters(node, rail)
+    value = {PORT_COUNTERS[k][0]: str(saturated(k, v)) for k, v in now.items()}
     counters = {
         "PortSelect": "1",
         "CounterSelect": "0x0000",
-        "SymbolErrorCounter": "0",
-        "LinkErrorRecoveryCounter": "0",
-        "LinkDownedCounter": str(link_downed(node, rail)),
-        "PortRcvErrors": "0",
-        "PortRcvRemotePhysicalErrors": "0",
-        "PortRcvSwitchRelayErrors": "0",
-        "PortXmitDiscards": "0",
-        "PortXmitConstraintErrors": "0",
-        "PortRcvConstraintErrors": "0",
+        **{
+            k: value[k]
+            for k in (
+                "SymbolErrorCounter",
+                "LinkErrorRecoveryCounter",
+                "LinkDownedCounter",
+                "PortRcvErrors",
+                "PortRcvRemotePhysicalErrors",
+                "PortRcvSwitchRelayErrors",
+                "PortXmitDiscards",
+                "PortXmitConstraintErrors",
+                "PortRcvConstraintErrors",
+            )
+        },
         "CounterSelect2": "0x00",
-        "LocalLinkIntegrityErrors": "0",
-        "ExcessiveBufferOverrunErrors": "0",
+        "LocalLinkIntegrityErrors": value["LocalLinkIntegrityErrors"],
+        "ExcessiveBufferOverrunErrors": value["ExcessiveBufferOverrunErrors"],
         "QP1Dropped": "0",
-        "VL15Dropped": "0",
-        "PortXmitData": "0",
-        "PortRcvData": "0",
-        "PortXmitPkts": "0",
-        "PortRcvPkts": "0",
-        "PortXmitWait": "0",
+        "VL15Dropped": value["VL15Dropped"],
+        "PortXmitData": value["PortXmitData"],
+        "PortRcvData": value["PortRcvData"],
+        "PortXmitPkts": value["PortXmitPkts"],
+        "PortRcvPkts": value["PortRcvPkts"],
+        "PortXmitWait": value["PortXmitWait"],
     }
     print(f"# Port counters: Lid {p['lid']} port 1 (CapMask: 0x5A00)")
     for name, value in counters.items():

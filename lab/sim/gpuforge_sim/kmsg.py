@@ -13,7 +13,9 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+from . import lifecycle
 from .faults import XID_MESSAGES
 from .state import KERNEL_PACKAGE, NodeView, installed_version, load_lab
 
@@ -39,66 +41,77 @@ def run_dir() -> Path:
 
 
 def kernel_events(node: NodeView) -> list[str]:
-    """The simulated kernel messages of this node, oldest first, without timestamps."""
-    return [line for _age, line in dated_kernel_events(node)]
+    """The simulated kernel messages of this node in this boot, oldest first, no timestamps."""
+    return [line for _t, line in dated_kernel_events(node)]
 
 
-def dated_kernel_events(node: NodeView) -> list[tuple[float | None, str]]:
-    """``(age, line)``: seconds before now the line was logged (None: early in the boot)."""
-    dated: list[tuple[float | None, str]] = []
+XID_KINDS = ("xid", "ecc_uncorrectable", "row_remap_pending", "row_remap_failure", "nvlink_down")
+
+
+def _fault_lines(node: NodeView, f: dict[str, Any]) -> list[tuple[float, str]]:
+    """``(seconds before the fault's moment, line)`` for one fault."""
+    kind = f["kind"]
+    gpu = int(f.get("gpu", 0))
+    pci = f"PCI:0000:{node.bus_id(gpu):02x}:00"
     out: list[str] = []
-    for f in node.faults:
-        kind = f["kind"]
-        gpu = int(f.get("gpu", 0))
-        pci = f"PCI:0000:{node.bus_id(gpu):02x}:00"
-        if kind == "gpu_missing":
-            bus = f"0000:{node.bus_id(gpu):02x}:00.0"
-            out += [
-                f"NVRM: GPU at {pci}: {node.uuid(gpu)}",
-                f"NVRM: GPU Board Serial Number: {node.serial(gpu)}",
-                f"NVRM: Xid ({pci}): 79, pid='<unknown>', name=<unknown>, {XID_MESSAGES[79]}",
-                f"NVRM: GPU {bus}: GPU has fallen off the bus.",
-                f"NVRM: GPU {bus}: GPU serial number is {node.serial(gpu)}.",
-            ]
-        elif kind in (
-            "xid",
-            "ecc_uncorrectable",
-            "row_remap_pending",
-            "row_remap_failure",
-            "nvlink_down",
-        ):
-            code = {
-                "ecc_uncorrectable": 48,
-                "row_remap_pending": 63,
-                "row_remap_failure": 64,
-                "nvlink_down": 74,
-            }.get(kind, f.get("code", 0))
-            count = int(f.get("count", 1)) if kind == "xid" else 1
-            pid = 2100 + gpu * 7
-            for _ in range(count):
-                who = (
-                    "pid='<unknown>', name=<unknown>" if code == 79 else f"pid={pid}, name=python3"
-                )
-                out.append(f"NVRM: Xid ({pci}): {code}, {who}, {XID_MESSAGES[code]}")
-        elif kind == "link_flap":
-            # mlx5e's carrier messages (en_main.c), spread evenly over the last `hours` hours;
-            # each outage lasts 40 s, longer than gpud's 25 s "persistent down".
-            rail = node.rails[f["rail"]]
-            prefix = f"mlx5_core {node.nic_pci(f['rail'])} {rail['netdev']}"
-            cycles = int(f.get("count", 3))
-            span = float(f.get("hours", 2)) * 3600.0
-            for i in range(cycles):
-                age = span * (cycles - i) / (cycles + 1)
-                dated.append((age + 40.0, f"{prefix}: Link down"))
-                dated.append((age, f"{prefix}: Link up"))
-    return [(None, line) for line in out] + dated
+    if kind == "gpu_missing":
+        bus = f"0000:{node.bus_id(gpu):02x}:00.0"
+        out += [
+            f"NVRM: GPU at {pci}: {node.uuid(gpu)}",
+            f"NVRM: GPU Board Serial Number: {node.serial(gpu)}",
+            f"NVRM: Xid ({pci}): 79, pid='<unknown>', name=<unknown>, {XID_MESSAGES[79]}",
+            f"NVRM: GPU {bus}: GPU has fallen off the bus.",
+            f"NVRM: GPU {bus}: GPU serial number is {node.serial(gpu)}.",
+        ]
+    elif kind in XID_KINDS:
+        code = {
+            "ecc_uncorrectable": 48,
+            "row_remap_pending": 63,
+            "row_remap_failure": 64,
+            "nvlink_down": 74,
+        }.get(str(kind), f.get("code", 0))
+        count = int(f.get("count", 1)) if kind == "xid" else 1
+        pid = 2100 + gpu * 7
+        for _ in range(count):
+            who = "pid='<unknown>', name=<unknown>" if code == 79 else f"pid={pid}, name=python3"
+            out.append(f"NVRM: Xid ({pci}): {code}, {who}, {XID_MESSAGES[int(code)]}")
+    elif kind == "link_flap":
+        # mlx5e's carrier messages (en_main.c), spread evenly over the `hours` hours before the
+        # fault was injected; each outage lasts 40 s, longer than gpud's 25 s "persistent down".
+        rail = node.rails[int(f["rail"])]
+        prefix = f"mlx5_core {node.nic_pci(int(f['rail']))} {rail['netdev']}"
+        cycles = int(f.get("count", 3))
+        span = float(f.get("hours", 2)) * 3600.0
+        dated: list[tuple[float, str]] = []
+        for i in range(cycles):
+            age = span * (cycles - i) / (cycles + 1)
+            dated.append((age + 40.0, f"{prefix}: Link down"))
+            dated.append((age, f"{prefix}: Link up"))
+        return dated
+    return [(0.0, line) for line in out]
 
 
-def _uptime() -> float:
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 3600.0
+def dated_kernel_events(node: NodeView) -> list[tuple[float, str]]:
+    """``(epoch time, line)`` of this boot's simulated kernel messages, oldest first.
+
+    A fault injected during this boot logs at its injection time; one still present from an
+    earlier boot logs again early in this boot (the driver finds the fault at init). Lines
+    that would fall before the boot are moved just after it, in order.
+    """
+    boot = lifecycle.boot_time()
+    at = lifecycle.now()
+    events: list[tuple[float, int, str]] = []
+    seq = 0
+    for f in node.logged_faults:
+        moment = lifecycle.injected_at(f)
+        if moment < boot:
+            moment = boot + 2.0 + 0.5 * seq
+        for back, line in _fault_lines(node, f):
+            t = max(boot + 1.0 + 0.000009 * seq, moment - back)
+            if t <= at:
+                events.append((t, seq, line))
+            seq += 1
+    return [(t, line) for t, _s, line in sorted(events)]
 
 
 def dmesg_main(argv: list[str]) -> int:
@@ -124,27 +137,20 @@ def dmesg_main(argv: list[str]) -> int:
     human = any(a in ("-T", "--ctime") for a in argv)
     iso = "iso" in argv or "--time-format=iso" in argv
     raw = any(a in ("-t", "--notime") for a in argv)
-    up = _uptime()
-    boot = time.time() - up
-    start = max(1.0, up * 0.6)
-    stamped = sorted(
-        (start + i * 0.000009 if age is None else max(1.0, up - age), i, line)
-        for i, (age, line) in enumerate(events)
-    )
-    for ts, _i, line in stamped:
+    boot = lifecycle.boot_time()
+    for t, line in events:
         prefix = ""
         if decode:
             prefix = "kern  :warn  : " if "NVRM" in line else "kern  :info  : "
         if raw:
             stamp = ""
         elif iso:
-            t = boot + ts
             frac = int((t % 1) * 1e6)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f",{frac:06d}+00:00 "
         elif human:
-            stamp = time.strftime("[%a %b %e %H:%M:%S %Y] ", time.localtime(boot + ts))
+            stamp = time.strftime("[%a %b %e %H:%M:%S %Y] ", time.localtime(t))
         else:
-            stamp = f"[{ts:12.6f}] "
+            stamp = f"[{t - boot:12.6f}] "
         print(f"{prefix}{stamp}{line}")
     return 0
 

@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape
 from . import SIM_BANNER
 from .csv_fields import QUERY_FIELDS
 from .gpu import REASON_BITS, GpuHealth, gpu_health
+from .lifecycle import record_cleared
 from .state import (
     Lab,
     NodeView,
@@ -34,6 +35,7 @@ Usage: nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
     -q,   --query               Display GPU or Unit info.
     -x,   --xml-format          Produce XML output.
     -i,   --id=                 Target a specific GPU.
+    -r    --gpu-reset           Trigger reset of the GPU.
     --query-gpu=                Information about GPU.
     --format=                   Comma separated list of format options: csv, noheader, nounits.
     topo -m                     Display the GPU/NIC topology matrix.
@@ -829,6 +831,46 @@ def cmd_table(lab: Lab) -> int:
     return 0
 
 
+#: A GPU with one of these active faults cannot be reset: it is lost until the node reboots.
+LOST_KINDS = ("gpu_missing",)
+
+
+def _lost(node: NodeView, phys: int) -> bool:
+    for f in node.gpu_faults(phys):
+        if f["kind"] in LOST_KINDS or (f["kind"] == "xid" and f.get("code") in (79, 119)):
+            return True
+    return False
+
+
+def cmd_reset(lab: Lab, ids: str | None) -> int:
+    """``nvidia-smi -r [-i ID]``: reset GPUs, clearing their faults that a reset clears."""
+    node = lab.local()
+    gpus = _select(gpu_health(node), ids)
+    failed: list[str] = []
+    cleared: list[str] = []
+    done: list[str] = []
+    for g in gpus:
+        if _lost(node, g.physical):
+            failed.append(f"  GPU {g.bus_id}: GPU is lost. Reboot the system to recover this GPU")
+            continue
+        cleared += [
+            str(f["id"])
+            for f in node.gpu_faults(g.physical)
+            if f.get("clears_on") == "reset" and f.get("id")
+        ]
+        done.append(f"GPU {g.bus_id} was successfully reset.")
+    if cleared:
+        record_cleared(node.hostname, cleared, "reset")
+    for line in done:
+        print(line)
+    if failed:
+        print("The following GPUs could not be reset:")
+        print("\n".join(failed))
+        return 15
+    print("All done.")
+    return 0
+
+
 def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per option
     if any(a in ("-h", "--help") for a in argv):
         try:
@@ -868,6 +910,8 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per opt
             opts["x"] = True
         elif a == "-qx":
             opts["q"] = opts["x"] = True
+        elif a in ("-r", "--gpu-reset"):
+            opts["reset"] = True
         elif a in ("-L", "--list-gpus"):
             opts["L"] = True
         elif a == "nvlink":
@@ -877,6 +921,8 @@ def main(argv: list[str]) -> int:  # noqa: PLR0911, PLR0912 - one branch per opt
         elif a in ("-d", "--display") and i + 1 < len(args):
             i += 1  # display filter: the simulator always prints every section
         i += 1
+    if opts.get("reset"):
+        return cmd_reset(lab, ids)
     if opts.get("nvlink"):
         return cmd_nvlink_status(lab, ids)
     if "query_gpu" in opts:

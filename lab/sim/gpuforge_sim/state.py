@@ -125,6 +125,8 @@ class NodeView:
     hostname: str
     raw: dict[str, Any]
     seed: int
+    #: Faults whose kernel messages this boot's log holds (None: the same as ``faults``).
+    logged: list[dict[str, Any]] | None = None
 
     @property
     def sku(self) -> Sku | None:
@@ -142,6 +144,10 @@ class NodeView:
     @property
     def faults(self) -> list[dict[str, Any]]:
         return list(self.raw.get("faults", []))
+
+    @property
+    def logged_faults(self) -> list[dict[str, Any]]:
+        return list(self.faults if self.logged is None else self.logged)
 
     def has(self, kind: str) -> bool:
         return any(f["kind"] == kind for f in self.faults)
@@ -226,7 +232,17 @@ class Lab:
         return NodeView(hostname=str(raw.get("hostname", name)), raw=raw, seed=self.seed)
 
     def local(self) -> NodeView:
-        return self.node(self.hostname)
+        """This node with only its active faults (not cleared by a GPU reset or a reboot)."""
+        from .lifecycle import split_faults  # noqa: PLC0415 - lifecycle imports this module
+
+        view = self.node(self.hostname)
+        active, logged = split_faults(view.hostname, list(view.raw.get("faults", [])))
+        return NodeView(
+            hostname=view.hostname,
+            raw={**view.raw, "faults": active},
+            seed=view.seed,
+            logged=logged,
+        )
 
     def uplink_factor(self, leaf: str) -> float:
         f = 1.0

@@ -235,7 +235,16 @@ def apply_faults(name: str, states: Mapping[str, Mapping[str, Any]]) -> list[str
         raise InputError(f"no simulator state for {', '.join(missing)}")
 
     def put(node: LabNode) -> None:
-        state = states[node.hostname]
+        state = dict(states[node.hostname])
+        # a fault already on the node keeps its injection time (no second Xid, no counter reset)
+        old = podman.exec_(
+            plan.container(node.hostname), ["cat", SIM_STATE_PATH], timeout=30, check=False
+        )
+        try:
+            previous = json.loads(old.stdout) if old.returncode == 0 else None
+        except ValueError:
+            previous = None
+        lab_faults.sim_faults().carry_over(state, previous)
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
         podman.put_file(plan.container(node.hostname), data, SIM_STATE_PATH)
         # wrong_driver / wrong_nccl: the node really gets that version, as on a real node
@@ -370,6 +379,9 @@ def _node_runner(plan: LabPlan, node: LabNode, image: str) -> Callable[[], objec
                 "--network-alias",
                 node.fqdn,
                 "--systemd=always",
+                # `systemctl reboot` in a node ends its systemd; podman starts it again, a new
+                # boot (fresh /run, new PID 1) as the simulator and remediation expect.
+                "--restart=always",
                 # The simulator creates each rail's netdev and networkd configures it.
                 "--cap-add=NET_ADMIN",
                 "--no-hosts",

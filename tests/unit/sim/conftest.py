@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ VERSIONS = {
     "libnccl2": "2.26.2-1+cuda12.8",
     "datacenter-gpu-manager-4-core": "1:4.2.3-1",
 }
+
+BOOTED = time.time() - 86400.0
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -54,6 +57,8 @@ def sim_env(state: Path, run_dir: Path, versions: dict[str, str] | None = None) 
             "GPUFORGE_SIM_VERSIONS": json.dumps(versions or VERSIONS),
             "GPUFORGE_SIM_RUN": str(run_dir),
             "GPUFORGE_SIM_REAL_DMESG": "/nonexistent",
+            # the node booted a day ago, before every fault of the session's state files
+            "GPUFORGE_SIM_BOOT_TIME": str(BOOTED),
         }
     )
     return env

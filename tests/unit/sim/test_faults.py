@@ -25,7 +25,13 @@ def test_example_covers_every_fault_kind() -> None:
 
 def test_defaults_are_filled_in() -> None:
     doc = validate_fault_doc({"faults": [{"node": "gpu001", "kind": "slow_nic", "rail": 2}]})
-    assert doc["faults"][0] == {"kind": "slow_nic", "node": "gpu001", "rail": 2, "factor": 0.5}
+    assert doc["faults"][0] == {
+        "kind": "slow_nic",
+        "node": "gpu001",
+        "rail": 2,
+        "factor": 0.5,
+        "clears_on": "never",
+    }
 
 
 @pytest.mark.parametrize(
@@ -56,7 +62,9 @@ def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
 def test_json_fault_file(tmp_path: Path) -> None:
     f = tmp_path / "f.json"
     f.write_text(json.dumps({"faults": [{"node": "gpu001", "kind": "missing_peermem"}]}))
-    assert load_fault_file(f)["faults"] == [{"kind": "missing_peermem", "node": "gpu001"}]
+    assert load_fault_file(f)["faults"] == [
+        {"kind": "missing_peermem", "node": "gpu001", "clears_on": "reboot"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -78,10 +86,17 @@ def test_faults_must_fit_the_lab(
 
 def test_node_state_holds_the_whole_lab(cluster_info: dict[str, Any]) -> None:
     doc = load_fault_file(EXAMPLES / "faults-all.yaml")
-    state = node_state(doc, cluster_info, "gpu007")
+    state = node_state(doc, cluster_info, "gpu007", now=1000.0)
     assert state["hostname"] == "gpu007"
     assert set(state["nodes"]) == {n["hostname"] for n in cluster_info["nodes"]}
-    assert state["nodes"]["gpu002"]["faults"] == [{"kind": "gpu_missing", "gpu": 3}]
+    (missing,) = state["nodes"]["gpu002"]["faults"]
+    assert missing == {
+        "kind": "gpu_missing",
+        "gpu": 3,
+        "clears_on": "never",
+        "injected_at": 1000.0,
+        "id": missing["id"],
+    }
     assert state["fabric"]["slow_uplinks"] == [{"leaf": "leaf-su01-r1", "factor": 0.25}]
     assert state["package_pins"] == {
         "nvidia_driver_version": "570.124.06",
