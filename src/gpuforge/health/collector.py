@@ -225,7 +225,10 @@ class Collector:
             )
         if decision.done == "refused":
             self.refused += 1
-            self.write_metrics(read_slurm=False)
+            try:  # the alert should not wait for the minute's rewrite
+                self.write_metrics(read_slurm=False)
+            except (OSError, GpuforgeError) as exc:
+                log.warning("controller metrics not written: %s", exc)
 
     def healthz(self) -> dict[str, Any]:
         """The ``GET /v1/healthz`` body."""

@@ -191,3 +191,24 @@ def test_a_burst_of_50_posts_drains_no_more_than_the_breaker(
     assert (done.count("drained"), done.count("refused")) == (10, 40)
     assert sum("DRAIN" in state for state, _ in slurm.nodes.values()) == 10
     assert len(store.latest()) == 50
+
+
+def test_an_unwritable_metrics_dir_does_not_fail_the_answer(
+    make_decider: MakeDecider, tmp_path: Path
+) -> None:
+    leaves = {"gpu01": "leaf-a", "gpu02": "leaf-a"}
+    decider, _, store = make_decider(leaves, DecisionPolicy(max_fraction=0.5))
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    fleet = Fleet("lab", ("gpu01", "gpu02"), {"gpu01": LOCAL, "gpu02": LOCAL}, leaves, {})
+    collector = Collector(fleet, store, decider, metrics_dir=blocker, clock=lambda: T0)
+    collector.start()
+    try:
+        answers = [collector.receive(json.dumps(drain_request(n)).encode(), LOCAL)
+                   for n in ("gpu01", "gpu02")]  # fmt: skip
+    finally:
+        collector.stop()
+    assert [(a.status, a.body["decision"]["done"]) for a in answers] == [
+        (200, "drained"),
+        (200, "refused"),
+    ]
