@@ -5,7 +5,9 @@ A node is checked only when Slurm shows it idle and in service: a node running a
 out of service. The whole run is one job array in the hidden ``conformance`` partition (lowest
 priority tier; a job of any other partition preempts a task at once), one task per idle node,
 each with its own time limit, all of it bounded by a deadline after which Slurm drops the tasks
-still pending: one ``sbatch`` call whatever the number of nodes.
+still pending: one ``sbatch`` call whatever the number of nodes. Nodes a conformance run drained
+get a second array inside a maintenance reservation (resumed there, decided, restored), so a
+fixed node comes back: at most two calls per run.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuforge.admission import parse_reason
 from gpuforge.slurm.control import SlurmNode
 
 #: The hidden partition the slurm role defines (``slurm_conformance_partition``).
@@ -29,27 +32,38 @@ MAX_ARRAY_SIZE = 50_001
 
 @dataclass(frozen=True)
 class Selection:
-    """Nodes to check now, and every other node with why it is not checked."""
+    """Nodes to check now, nodes a conformance run drained (re-checked in a maintenance
+    window, the only way a drained node runs a job), and every other node with why not."""
 
     idle: tuple[str, ...]
     skipped: Mapping[str, str] = field(default_factory=dict)
+    recheck: tuple[str, ...] = ()
+
+
+def drained_by_conformance(state: SlurmNode) -> bool:
+    """True when a gpuforge conformance verdict drained the node (its reason names one)."""
+    reason = parse_reason(state.reason) if state.drained else None
+    return reason is not None and reason.check.startswith("conformance.")
 
 
 def select(nodes: Sequence[str], states: Mapping[str, SlurmNode]) -> Selection:
     """Split ``nodes`` by their Slurm state (module docstring)."""
     idle: list[str] = []
+    recheck: list[str] = []
     skipped: dict[str, str] = {}
     for name in nodes:
         state = states.get(name)
         if state is None:
             skipped[name] = "not in Slurm"
+        elif drained_by_conformance(state) and state.state in IDLE_STATES:
+            recheck.append(name)
         elif state.drained:
             skipped[name] = f"out of service ({state.state_text}: {state.reason or 'no reason'})"
         elif state.state in IDLE_STATES and not set(state.flags) & {"NOT_RESPONDING", "MAINT"}:
             idle.append(name)
         else:
             skipped[name] = f"busy ({state.state_text})"
-    return Selection(tuple(idle), skipped)
+    return Selection(tuple(idle), skipped, tuple(recheck))
 
 
 def sbatch_argv(
@@ -60,6 +74,7 @@ def sbatch_argv(
     window_minutes: int,
     partition: str = PARTITION,
     pyz: str = NODE_PYZ,
+    reservation: str | None = None,
 ) -> list[str]:
     """The one ``sbatch`` call of a run: an array of ``count`` exclusive one-node tasks.
 
@@ -87,6 +102,7 @@ def sbatch_argv(
         "--output=/dev/null",
         "--error=/dev/null",
         f"--comment=gpuforge conformance run {run_id}",
+        *([f"--reservation={reservation}"] if reservation else []),
         "--wrap",
         f"/usr/bin/python3 {pyz} conformance --level {level}",
     ]

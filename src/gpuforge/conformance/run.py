@@ -77,6 +77,8 @@ class Deps:
     #: Level burnin: the existing pipeline's pairs and NCCL on the nodes that passed.
     active_tests: Callable[[Sequence[str]], Mapping[str, NodeResult]] | None = None
     admission: Admission | None = None
+    #: The maintenance window conformance-drained nodes are re-checked in (reservation name).
+    window: str = "gpuforge_conformance"
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
 
@@ -106,7 +108,8 @@ def run(
             notes.append(_settle(leftover, fleet, history, opts, deps))
         current = _one(fleet, history, opts, deps, notes)
         changes = compare(history, current, fleet.placement)
-        actions = _admit(changes, deps)
+        decided = set(current.meta.get("recheck", [])) if current.meta else set()
+        actions = _admit(changes, deps, skip=decided)
         return Outcome(changes, actions, notes)
 
 
@@ -131,8 +134,7 @@ def _one(
 ) -> Run:
     nodes = list(fleet.nodes)
     if deps.states is not None:
-        states = deps.states()
-        selection = plan.select(nodes, states)
+        selection = plan.select(nodes, deps.states())
         current = history.begin(
             opts.level,
             len(nodes),
@@ -143,30 +145,7 @@ def _one(
             current.id,
             [NodeResult(n, "not_checked", why) for n, why in selection.skipped.items()],
         )
-        jobs: list[str] = []
-        if selection.idle:
-            if deps.submit is None:
-                raise OperationError("no way to submit the conformance array")
-            for count in plan.chunks(len(selection.idle)):
-                argv = plan.sbatch_argv(
-                    count,
-                    level=opts.level,
-                    run_id=current.id,
-                    window_minutes=opts.window_minutes,
-                )
-                jobs.append(deps.submit(argv))
-                history.update_meta(current.id, {"jobs": jobs, "sbatch_calls": len(jobs)})
-            _wait(jobs, deps, opts, deadline=deps.clock() + opts.window_minutes * 60 + 120)
-        results = _collect_into(
-            current,
-            fleet,
-            history,
-            deps,
-            jobs,
-            missing="no result: the task was preempted, did not start before the deadline, "
-            "or failed before reporting",
-            only=selection.idle,
-        )
+        results = _through_slurm(current, selection, fleet, history, opts, deps, notes)
     elif deps.ssh is not None:
         current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
         raw = deps.ssh(nodes, opts.level)
@@ -181,6 +160,67 @@ def _one(
             history.add(current.id, [r for r in more.values() if r.outcome in {"fail", "error"}])
             notes.append(f"burnin: pairs and NCCL on {len(passed)} node(s)")
     return history.finish(current.id, "complete", at=deps.clock())
+
+
+def _through_slurm(  # noqa: PLR0917 - the run's context
+    current: Run,
+    selection: plan.Selection,
+    fleet: Fleet,
+    history: ConformanceHistory,
+    opts: Options,
+    deps: Deps,
+    notes: list[str],
+) -> dict[str, NodeResult]:
+    """The idle nodes' array, and the conformance-drained nodes' array in a maintenance window
+    (resumed inside it, decided through admission, restored): at most two sbatch calls."""
+    adm = deps.admission
+    recheck = list(selection.recheck) if adm is not None else []
+    history.add(
+        current.id,
+        [NodeResult(n, "not_checked", "drained by conformance") for n in selection.recheck]
+        if not recheck
+        else [],
+    )
+    batches: list[tuple[list[str], str | None]] = [(list(selection.idle), None)]
+    if adm is not None and recheck:
+        adm.open_window(deps.window, recheck)
+        history.update_meta(current.id, {"window": deps.window, "recheck": recheck})
+        batches.append((recheck, deps.window))
+    jobs: list[str] = []
+    try:
+        for todo, reservation in batches:
+            for count in plan.chunks(len(todo)):
+                if deps.submit is None:
+                    raise OperationError("no way to submit the conformance array")
+                argv = plan.sbatch_argv(
+                    count,
+                    level=opts.level,
+                    run_id=current.id,
+                    window_minutes=opts.window_minutes,
+                    reservation=reservation,
+                )
+                jobs.append(deps.submit(argv))
+                history.update_meta(current.id, {"jobs": jobs, "sbatch_calls": len(jobs)})
+        if jobs:
+            _wait(jobs, deps, opts, deadline=deps.clock() + opts.window_minutes * 60 + 120)
+        results = _collect_into(
+            current,
+            fleet,
+            history,
+            deps,
+            jobs,
+            missing="no result: the task was preempted, did not start before the deadline, "
+            "or failed before reporting",
+            only=[*selection.idle, *recheck],
+        )
+        if adm is not None and recheck:
+            verdicts = [v for n in recheck if (v := judge.verdict(results[n])) is not None]
+            done = adm.admit(verdicts, window=deps.window)
+            notes.append("re-checked in window: " + ", ".join(f"{a.node} {a.action}" for a in done))
+    finally:
+        if adm is not None and recheck:
+            adm.close_window(deps.window)
+    return results
 
 
 def _wait(jobs: Sequence[str], deps: Deps, opts: Options, *, deadline: float) -> None:
@@ -230,8 +270,12 @@ def _collect_into(
     return results
 
 
-def _admit(changes: Changes, deps: Deps) -> list[NodeAction]:
+def _admit(changes: Changes, deps: Deps, *, skip: set[str]) -> list[NodeAction]:
     if deps.admission is None:
         return []
-    verdicts = [v for r in changes.results.values() if (v := judge.verdict(r)) is not None]
+    verdicts = [
+        v
+        for r in changes.results.values()
+        if r.node not in skip and (v := judge.verdict(r)) is not None
+    ]
     return deps.admission.admit(verdicts)

@@ -43,9 +43,18 @@ def node_record(
 @dataclass
 class FakeAdmission:
     verdicts: list[NodeVerdict] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
 
-    def admit(self, verdicts: Sequence[NodeVerdict]) -> list[NodeAction]:
-        self.verdicts = list(verdicts)
+    def open_window(self, name: str, nodes: Sequence[str]) -> None:
+        self.calls.append(f"open {name} {','.join(nodes)}")
+
+    def close_window(self, name: str) -> None:
+        self.calls.append(f"close {name}")
+
+    def admit(self, verdicts: Sequence[NodeVerdict], window: str | None = None) -> list[NodeAction]:
+        self.calls.append(f"admit {window} {','.join(v.node for v in verdicts)}")
+        if window is None:
+            self.verdicts = list(verdicts)
         return [
             NodeAction(v.node, "drain" if v.verdict is Verdict.QUARANTINE else "none", False)
             for v in verdicts
@@ -71,7 +80,7 @@ class World:
         return self.polls < 3  # the array runs for two polls
 
     def collect(self, jobs: Sequence[str]) -> Mapping[str, Any]:
-        assert list(jobs) == ["77"]
+        assert set(jobs) == {"77"}
         return self.records
 
     def clock(self) -> float:
@@ -299,3 +308,33 @@ def test_the_sbatch_calls_do_not_grow_with_the_fleet() -> None:
     assert plan.chunks(12_500) == [12_500]
     assert plan.chunks(100_000) == [50_000, 50_000]  # MaxArraySize 50001 (slurm role)
     assert plan.chunks(5, max_array_size=3) == [2, 2, 1]
+
+
+def test_a_node_conformance_drained_is_rechecked_in_a_window_and_comes_back(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    world.states["gpu05"] = SlurmNode(
+        name="gpu05", state="IDLE", flags=("DRAIN",), reason="gpuforge:conformance.drift:quarantine"
+    )
+    world.records["gpu05"] = node_record("gpu05")  # fixed since
+    adm = FakeAdmission()
+    out = run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l")
+    assert len(world.submitted) == 2  # a fixed number of calls, whatever the node count
+    assert "--reservation=gpuforge_conformance" in world.submitted[1]
+    assert "--array=0-0" in world.submitted[1]
+    assert adm.calls == [
+        "open gpuforge_conformance gpu05",
+        "admit gpuforge_conformance gpu05",
+        "close gpuforge_conformance",
+        "admit None gpu01,gpu03,gpu04",
+    ]
+    assert out.changes.results["gpu05"].outcome == "pass"
+
+
+def test_an_operators_drain_is_never_rechecked(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    adm = FakeAdmission()
+    run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l")
+    assert not any(c.startswith("open") for c in adm.calls)
+    assert len(world.submitted) == 1
