@@ -275,7 +275,7 @@ def _admit(changes: Changes, deps: Deps, *, skip: set[str]) -> list[NodeAction]:
         return []
     verdicts = [
         v
-        for r in changes.results.values()
+        for _, r in sorted(changes.results.items())
         if r.node not in skip and (v := judge.verdict(r)) is not None
     ]
     return deps.admission.admit(verdicts)
