@@ -169,3 +169,88 @@ def check_alert(n: Notification, name: str, severity: str) -> None:
     assert n.labels["node" if "node" in n.labels else "rack"] in n.annotations["summary"]
     for label in ("cluster", "rack"):
         assert n.labels.get(label), f"{name}: no {label} label: {n.labels}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fault the lab test injects and the alert it must raise."""
+
+    alert: str
+    severity: str
+    faults: tuple[Mapping[str, Any], ...]
+    labels: Mapping[str, str]  # labels the notification must carry
+    for_s: float = 0.0  # the rule's `for`
+
+
+def xid79(node: str, gpu: int = 3) -> Scenario:
+    """A GPU falls off the bus: GpuFellOffBus (critical, action reboot) names node and GPU."""
+    return Scenario(
+        "GpuFellOffBus",
+        "critical",
+        ({"node": node, "kind": "xid", "gpu": gpu, "code": 79},),
+        {"node": node, "action": "reboot"},
+    )
+
+
+def ib_port_down(node: str, rail: int = 0, device: str = "mlx5_0") -> Scenario:
+    """A compute rail port goes down: IbPortDown (critical, for 2m) names node, device, port."""
+    return Scenario(
+        "IbPortDown",
+        "critical",
+        ({"node": node, "kind": "ib_port_down", "rail": rail},),
+        {"node": node, "device": device, "port": "1"},
+        for_s=120,
+    )
+
+
+def rack_over_budget(rack: str, nodes: Sequence[str]) -> Scenario:
+    """Every GPU node of ``rack`` near its power limit: RackPowerOverBudget (critical, for 5m)."""
+    return Scenario(
+        "RackPowerOverBudget",
+        "critical",
+        tuple({"node": n, "kind": "power_high"} for n in nodes),
+        {"rack": rack},
+        for_s=300,
+    )
+
+
+def fire_and_resolve(lab: AlertLab, scenario: Scenario, workdir: Path) -> dict[str, float]:
+    """Inject, see the alert pending within two evaluation intervals and at the sink, then clear.
+
+    Returns the measured seconds: ``pending`` (fault loaded -> alert active in Prometheus),
+    ``firing`` (-> notification at the sink), ``resolved`` (fault cleared -> resolved at the sink).
+    """
+    t = lab.timing(scenario.severity)
+    # A scrape must see the fault, then the rule evaluates within two evaluation intervals.
+    active_by = t["scrape"] + 2 * t["evaluation"] + SLACK_S
+    injected = lab.inject(scenario.faults, workdir)
+    try:
+
+        def active() -> dict[str, Any] | None:
+            for a in lab.rule_alerts(scenario.alert):
+                if all(a["labels"].get(k) == v for k, v in scenario.labels.items()):
+                    return a
+            return None
+
+        wait(active, active_by, f"{scenario.alert} active in Prometheus")
+        pending = time.time() - injected
+        note = lab.wait_notification(
+            scenario.alert,
+            "firing",
+            injected,
+            active_by + scenario.for_s + t["evaluation"] + t["group_wait"],
+            **scenario.labels,
+        )
+        check_alert(note, scenario.alert, scenario.severity)
+        firing = note.received - injected
+    finally:
+        cleared = lab.inject([], workdir)
+    # Alertmanager sends the resolved notification at the group's next group_interval tick.
+    done = lab.wait_notification(
+        scenario.alert,
+        "resolved",
+        cleared,
+        t["scrape"] + 2 * t["evaluation"] + t["group_interval"] + SLACK_S,
+        **scenario.labels,
+    )
+    return {"pending": pending, "firing": firing, "resolved": done.received - cleared}
