@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gpuforge.node.config import CHECKS
 from tests.unit.node.simnode import SimNode
 
 
@@ -124,6 +123,7 @@ def test_a_version_off_its_pin_and_a_missing_package_fail(tmp_path: Path) -> Non
 
 def test_mtu_below_the_declared_one_fails(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
+    node.only("fabric.mtu")
     node.set_mtu("ib1", 2044)
     got = node.run().record.check("fabric.mtu")
     assert got is not None
@@ -132,6 +132,7 @@ def test_mtu_below_the_declared_one_fails(tmp_path: Path) -> None:
 
 def test_counter_growth_over_the_window_fails_and_a_reset_restarts(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
+    node.only("fabric.counters")
     first = node.run().record.check("fabric.counters")
     assert first is not None and first.status == "pass"
     node.set_counter("mlx5_1", "symbol_error", 11)
@@ -163,6 +164,7 @@ def test_a_missing_tool_is_error_never_fail(tmp_path: Path, tool: str) -> None:
 
 def test_missing_counters_are_error(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
+    node.only("fabric.counters")
     node.counter_path("mlx5_0", "port_rcv_errors").unlink()
     got = node.run().record.check("fabric.counters")
     assert got is not None
@@ -175,9 +177,7 @@ def test_a_hanging_tool_times_out_inside_the_budget(tmp_path: Path) -> None:
     node.hang_tool("ibstat")
     node.extra["tiers"] = {"passive": {"timeout_s": 4}}
     # ibstat first: the time a loaded machine spends in the other tools is not what is tested.
-    node.extra["checks"] = {
-        name: {"enabled": False} for name in CHECKS if name not in ("fabric.port", "gpu.dcgm_diag")
-    }
+    node.only("fabric.port")
     out = node.run()
     got = out.record.check("fabric.port")
     assert got is not None

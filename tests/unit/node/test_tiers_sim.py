@@ -112,6 +112,7 @@ def test_prolog_blocks_on_a_cached_fail_only_once_the_collector_drained(
     node: SimNode, collector: Collector, done: str, code: int
 ) -> None:
     node.extra["collector"] = {"url": collector.url, "timeout_s": 2}
+    node.only("fabric.port", "gpu.xid", "fabric.counters")
     node.set_faults([{"kind": "ib_port_down", "rail": 0}])
     collector.done = done
     node.run("passive")
@@ -175,6 +176,7 @@ def test_a_collector_that_is_down_never_fails_the_check_and_the_spool_is_bounded
     collector.server.server_close()
     node.extra["collector"] = {"url": collector.url, "timeout_s": 1}
     node.extra["spool_max"] = 2
+    node.only("fabric.mtu")
     for _ in range(3):
         out = node.run("passive")
         assert out.record.verdict == "pass"
