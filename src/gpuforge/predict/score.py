@@ -9,8 +9,9 @@ Signals (names are stable: they appear in reasons, drains and the scorecard):
 * ``ib_link_downed``: a port whose link went down repeatedly within the window;
 * ``row_remap``: remapped rows against NVIDIA's limits (512 per GPU; banks whose spare rows are
   low or gone, DCGM's bank histogram), their growth within the window, a pending remap;
-* ``thermal_drift``: one GPU warming faster than its rack (the rack's median slope is taken
-  out, so a whole rack warming is not N nodes at risk) and hotter than its peers;
+* ``thermal_drift``: one GPU warming more than the other GPUs of its node (which run the same
+  job, so a load change is no drift) and more than its rack (so a whole rack warming is not N
+  nodes at risk);
 * ``clock_low``: a GPU whose SM clock runs far below its peers';
 * ``xid_recurrence``: Xid 13/31/43 (application-class) recurring on the same GPU, or a
   hardware Xid seen again; ``remediation_recurrence``: more than one remediation or health drain
@@ -460,17 +461,20 @@ def _thermal(
                     ),
                 )
             )
-        excess = rise[members] - max(rack_median, fleet_median)
+        # against the GPUs of its own node (they run the same job: a load change moves them all)
+        # and against its rack (a facility warming moves every node)
         idx = np.nonzero(members)[0]
+        board = np.asarray([node_rise.get(str(n), np.nan) for n in node_names[members]])
+        excess = rise[members] - np.maximum(board, max(rack_median, fleet_median))
         with np.errstate(invalid="ignore"):
-            hot = np.nonzero((excess >= RISE_C) & (level_z[members] >= PEER_Z))[0]
+            hot = np.nonzero(excess >= RISE_C)[0]
         for j in hot:
             i = idx[j]
             strength = min(0.9, 0.4 + 0.05 * float(excess[j]))
             detail = (
-                f"GPU temperature {level[i]:.1f} C (robust z {level_z[i]:.0f} against peers), "
-                f"up {rise[i]:+.1f} C on the window while its rack's median rose "
-                f"{rack_median:+.1f} C"
+                f"GPU temperature up {rise[i]:+.1f} C on the window to {level[i]:.1f} C "
+                f"(robust z {level_z[i]:.0f} against peers) while its node's GPUs rose "
+                f"{board[j]:+.1f} C and its rack {rack_median:+.1f} C (median)"
             )
             out.append(
                 (

@@ -159,3 +159,14 @@ def test_lab_shaped_ecc_degradation_over_one_hour_ranks_first() -> None:
     assert {f.signal for f in top.findings} == {"row_remap", "ecc_sbe_rate"}
     assert top.score >= 0.5
     assert all(r.score == 0 for r in report.ranked[1:])
+
+
+def test_all_gpus_of_a_node_warming_together_is_a_load_change_not_drift() -> None:
+    history = fleet()
+    t = times()
+    busy = np.where(t >= AT - DAY_S, 25.0, 0.0)  # a job started a day ago on every GPU
+    for g in range(8):
+        key = SeriesKey("gpu11", GPU_TEMP, gpu=g)
+        history.series[key] = (t, history.series[key][1] + busy)
+    report = score_history(history, WINDOW)
+    assert all(r.score == 0 for r in report.ranked)
