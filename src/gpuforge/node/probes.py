@@ -573,6 +573,7 @@ def fabric_roce_pfc(p: Probe) -> Result:
                 raise UnavailableError(f"ethtool -S {r.netdev}: no rx/tx_prio<N>_pause counter")
             key = f"roce/{r.netdev}/pause_frames"
             p.counters[key] = sum(found)
+            _ecn_counters(p, r)
             deltas[key] = _window_delta(p, key, sum(found), float(params["window_s"]))
             evidence.append(f"{key} = {sum(found)} (+{deltas[key]:g})")
         limit = {k: int(params["max_pause"]) for k in deltas}
@@ -584,6 +585,21 @@ def fabric_roce_pfc(p: Probe) -> Result:
         return judged("fabric.roce_pfc", outcome, "\n".join(evidence), "monitor")
 
     return guarded("fabric.roce_pfc", body)
+
+
+#: mlx5's congestion counters (``ports/<port>/hw_counters``): ECN-marked packets received
+#: (notification point) and CNPs handled (reaction point). Reported in the record, not judged:
+#: ECN marks are the congestion control working.
+ECN_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")
+
+
+def _ecn_counters(p: Probe, rail: cfg.Rail) -> None:
+    folder = p.counter_dir(rail).with_name("hw_counters")
+    for name in ECN_COUNTERS:
+        try:
+            p.counters[f"roce/{rail.device}/{name}"] = int((folder / name).read_text().strip())
+        except (OSError, ValueError):
+            continue  # not every HCA or kernel exposes them
 
 
 # --- software ---------------------------------------------------------------------------------

@@ -184,3 +184,31 @@ def test_a_hanging_tool_times_out_inside_the_budget(tmp_path: Path) -> None:
     assert got.status == "error"
     assert "timed out" in got.detail
     assert out.record.duration_s < 5
+
+
+def test_roce_pause_frames_warn_in_shadow_and_ecn_is_reported(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    node.only("fabric.roce_pfc")
+    data = node.config_data()
+    node.extra["expect"] = dict(data["expect"])
+    node.extra["expect"]["rails"] = [
+        dict(r, link_layer="Ethernet") for r in data["expect"]["rails"]
+    ]
+    stats = tmp_path / "ethtool.txt"
+    # mlx5's `ethtool -S` names (drivers/net/ethernet/mellanox/mlx5/core/en_stats.c)
+    stats.write_text("NIC statistics:\n     rx_prio3_pause: 10\n     tx_prio3_pause: 5\n")
+    node._script("ethtool", f"#!/bin/sh\nexec /bin/cat {stats}\n")
+    hw = node.counter_path("mlx5_0", "x").parent.with_name("hw_counters")
+    hw.mkdir()
+    (hw / "np_ecn_marked_roce_packets").write_text("42\n")
+    first = node.run().record
+    got = first.check("fabric.roce_pfc")
+    assert got is not None and got.status == "pass"
+    assert first.counters["roce/ib0/pause_frames"] == 15
+    assert first.counters["roce/mlx5_0/np_ecn_marked_roce_packets"] == 42
+    stats.write_text("NIC statistics:\n     rx_prio3_pause: 2000010\n     tx_prio3_pause: 5\n")
+    second = node.run().record
+    got = second.check("fabric.roce_pfc")
+    assert got is not None
+    assert (got.status, got.action, got.shadow) == ("warn", "monitor", True)
+    assert second.verdict == "pass"  # shadowed by default
