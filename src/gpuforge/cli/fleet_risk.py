@@ -237,6 +237,7 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     history = _load(
         history_file, prometheus, state_dir, name, labels, at, window_s,
         on_error=on_error, step_s=parse_duration(step, "--step"), timeout=timeout,
+        all_events=scorecard,
     )  # fmt: skip
     if at is None:
         at = history.end if history_file and history.end is not None else time.time()
@@ -275,6 +276,7 @@ def _load(  # noqa: PLR0917 - the sources' inputs
     on_error: OnError,
     step_s: float,
     timeout: float,
+    all_events: bool = False,
 ) -> History:
     """The history from the one source given, with the inventory's labels filled in."""
     end = at if at is not None else time.time()
@@ -286,7 +288,10 @@ def _load(  # noqa: PLR0917 - the sources' inputs
         )
     else:
         with open_history(state_dir, cluster) as store:
-            history = from_store_history(store, end - window_s, at, labels)
+            if all_events:  # the scorecard judges every prediction the store holds
+                history = from_store(store, labels=labels, source=str(store.path))
+            else:
+                history = from_store_history(store, end - window_s, at, labels)
     for node, tags in labels.items():
         for key, value in tags.items():
             history.labels.setdefault(node, {}).setdefault(key, value)

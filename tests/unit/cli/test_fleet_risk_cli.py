@@ -7,15 +7,22 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
-from gpuforge.cli import main
+from gpuforge.cli import fleet_risk, main
+from gpuforge.history import history_path
 from gpuforge.history.store import HistoryStore
+from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.predict.act import predicted_reason
-from gpuforge.predict.history import Event, SeriesKey, write_history
+from gpuforge.predict.history import Event, SeriesKey, format_time, write_history
 from gpuforge.predict.score import ECC_SBE, REMAP_CORRECTABLE
+from gpuforge.slurm.control import SlurmClient
+from gpuforge.topology import load_cluster
+from tests.unit.conftest import LAB
 from tests.unit.history.records import T0, record
 from tests.unit.predict.builders import AT, fleet, ramp_from, set_series, times
+from tests.unit.slurm.fake import FakeSlurm
 
 
 def _history_file(tmp_path: Path) -> Path:
@@ -127,3 +134,41 @@ def test_export_history_from_the_store_reads_back(tmp_path: Path) -> None:
     assert sum('"event":"xid"' in line for line in lines) == 1
     risk = CliRunner().invoke(main, ["fleet", "risk", "--history", str(out), "--window", "3h"])
     assert risk.exit_code == 0, risk.output
+
+
+def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "lab"
+    write_cluster_inventory(load_cluster(LAB), root)
+    state = tmp_path / "state"
+    slurm = FakeSlurm({f"gpu{i:02d}": ("IDLE", "") for i in range(1, 9)})
+    slurm.nodes["gpu02"] = ("ALLOCATED", "")
+    with HistoryStore.open(history_path(state, "lab")) as store:
+        for hour in range(0, 49, 2):
+            for i in range(1, 9):
+                sbe = (hour * 40) ** 2 // 100 if i in (1, 2) else 0  # gpu01, gpu02 degrade
+                rows = hour // 8 if i in (1, 2) else 0
+                counters = {"gpu/4/ecc_sbe_volatile": sbe,
+                            "gpu/4/remapped_rows_correctable": rows}  # fmt: skip
+                store.ingest([record(f"gpu{i:02d}", at=T0 + hour * 3600, counters=counters)])
+    monkeypatch.setattr(fleet_risk, "slurm_client", lambda *_: SlurmClient(slurm, "ctl01"))
+    at = format_time(T0 + 48 * 3600)
+    args = ["fleet", "risk", "--from-store", "--inventory", str(root), "--state-dir", str(state),
+            "--at", at, "--window", "2d", "--drain-top", "2", "--json"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [n["node"] for n in data["nodes"][:2]] == ["gpu01", "gpu02"]
+    drains = {d["node"]: (d["action"], d["reason"]) for d in data["drains"]}
+    assert drains["gpu02"][0] == "busy"
+    assert drains["gpu01"][0] == "drain"
+    assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", drains["gpu01"][1])
+    assert drains["gpu01"][1].startswith("gpuforge:predicted.")
+    assert slurm.nodes["gpu02"] == ("ALLOCATED", "")
+    with HistoryStore.open(history_path(state, "lab")) as store:
+        events = store.events(kinds=["drain"])
+    assert [(e.node, e.source) for e in events] == [("gpu01", "predict")]
+    card = CliRunner().invoke(main, [*args[:9], "--scorecard", "--json"])
+    assert card.exit_code == 0, card.output
+    assert json.loads(card.output)["counts"]["pending"] == 1
