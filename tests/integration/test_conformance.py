@@ -56,6 +56,11 @@ def gpuforge(
     )
 
 
+def ctl(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+    """A command on the lab's Slurm controller."""
+    return gpuforge(env, "lab", "ssh", "--lab", LAB, CONTROLLER, "--", *command, timeout=120)
+
+
 def on(node: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
     return podman.exec_(f"{LAB}-{node}", ["sh", "-c", command], timeout=timeout, check=False)
 
@@ -154,14 +159,11 @@ def inject(env: dict[str, str], tmp: Path) -> str:
         on("cgpu02", "echo 'vm.swappiness = 1' >> /etc/sysctl.d/90-gpuforge.conf").returncode == 0
     )
     assert on("cgpu02", "systemctl stop nvidia-dcgm").returncode == 0
-    job = gpuforge(env, "lab", "ssh", CONTROLLER, "--", "sbatch", "--parsable", "-w", "cgpu04",
-                   "--exclusive", "--wrap", "sleep 1200", timeout=60)  # fmt: skip
+    job = ctl(env, "sbatch", "--parsable", "-w", "cgpu04", "--exclusive", "--wrap", "sleep 1200")
     assert job.returncode == 0, job.stdout + job.stderr
     job_id = job.stdout.strip().split(";")[0]
     for _ in range(60):
-        state = gpuforge(
-            env, "lab", "ssh", CONTROLLER, "--", "squeue", "-h", "-j", job_id, "-o", "%T"
-        )
+        state = ctl(env, "squeue", "-h", "-j", job_id, "-o", "%T")
         if state.stdout.strip() == "RUNNING":
             return job_id
         time.sleep(2)
@@ -183,10 +185,10 @@ def test_conformance_finds_exactly_the_injected_drift_and_then_what_was_fixed(
     assert first["nodes"]["cgpu04"]["outcome"] == "not_checked"
     assert "busy" in first["nodes"]["cgpu04"]["why"]
     assert sorted(first["new_failures"]) == ["cgpu01", "cgpu02", "cgpu03"]
-    still = gpuforge(env, "lab", "ssh", CONTROLLER, "--", "squeue", "-h", "-j", job_id, "-o", "%T")
+    still = ctl(env, "squeue", "-h", "-j", job_id, "-o", "%T")
     assert still.stdout.strip() == "RUNNING"  # the job was not disturbed
 
-    gpuforge(env, "lab", "ssh", CONTROLLER, "--", "scancel", job_id)
+    ctl(env, "scancel", job_id)
     cleared = tmp_path / "clear.yaml"
     cleared.write_text("version: 1\nfaults: []\n")
     assert gpuforge(env, "lab", "faults", str(cleared), "--lab", LAB).returncode == 0
