@@ -29,12 +29,14 @@ from pathlib import Path
 from gpuforge.node import output
 from gpuforge.node import state as st
 from gpuforge.node.config import CHECKS, HealthConfig
-from gpuforge.node.probes import TIERS, Probe, Result, skip
+from gpuforge.node.probes import TIERS, Probe, Result, UnavailableError, skip
 from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
 from gpuforge.node.run import Budget, Runner
 from gpuforge.validate.xid_catalogue import Action
 
 DISABLED = "disabled by config"
+#: Oldest passive record the prolog acts on (12 runs at slurmd's usual 300 s interval).
+CACHE_MAX_AGE_S = 3600.0
 
 
 def drains(action: str | None) -> bool:
@@ -163,8 +165,10 @@ def run_tier(
         events=tuple(probe.events),
         request=request,
     )
-    exit_code = prolog_blocks(record, config) if tier == "prolog" else 0
-    delivery = _write(config, record, state, budget, update=update)
+    exit_code = 0
+    if tier == "prolog":
+        exit_code = prolog_blocks(record, config, current_boot=_boot_or_none(probe), now=started)
+    delivery = _write(config, record, state, budget, update=update, blocked=exit_code == 1)
     return Outcome(record, exit_code, delivery, state.note)
 
 
@@ -190,31 +194,44 @@ def _blocks_now(check: CheckRecord, config: HealthConfig) -> bool:
     )
 
 
-def prolog_blocks(record: Record, config: HealthConfig) -> int:
+def _boot_or_none(probe: Probe) -> str | None:
+    try:
+        return probe.boot()[0]
+    except UnavailableError:
+        return None
+
+
+def prolog_blocks(
+    record: Record,
+    config: HealthConfig,
+    *,
+    current_boot: str | None = None,
+    now: datetime | None = None,
+    state: st.State | None = None,
+) -> int:
     """1 when the job must not start here, else 0 (a non-zero Prolog drains the node).
 
     Blocks on (a) a drain-worthy Xid newer than the passive run (a GPU that broke between
     checks: the job would crash), non-shadow, enabled, ``fail_after`` 1; or (b) a drain the
     collector has accepted (``decision.json`` says ``drained``) that Slurm has not applied to this
-    allocation yet. A cached FAIL the collector refused (circuit breaker), held or shadowed never
-    blocks: the prolog must not undo the breaker.
+    allocation yet, judged from a passive record of this boot at most :data:`CACHE_MAX_AGE_S`
+    old (a node remediated since, or rebooted, is judged afresh by its next passive run). A
+    cached FAIL the collector refused (circuit breaker), held or shadowed never blocks: the
+    prolog must not undo the breaker.
     """
     xid = record.check("gpu.xid")
     if xid is not None and _blocks_now(xid, config):
         return 1
+    known = state if state is not None else st.load(config.state_dir / "state.json")
+    if current_boot is None or known.boot_id != current_boot:
+        return 0
     answer = output.read_json(output.decision_path(config)) or {}
     decision = answer.get("decision")
     if not isinstance(decision, dict) or decision.get("done") != "drained":
         return 0
-    cached = output.read_json(output.last_path(config, "passive"))
-    if cached is None:
-        return 0
-    try:
-        last = from_dict(cached, str(output.last_path(config, "passive")))
-    except ValueError:
-        return 0
-    req = last.request
-    if req is None or req.op != "drain" or req.check is None:
+    last = _cached_passive(config, now or datetime.now(UTC))
+    req = last.request if last is not None else None
+    if last is None or req is None or req.op != "drain" or req.check is None:
         return 0
     failed = last.check(req.check)
     c = config.check(req.check)
@@ -222,15 +239,44 @@ def prolog_blocks(record: Record, config: HealthConfig) -> int:
     return 1 if still else 0
 
 
+def _cached_passive(config: HealthConfig, now: datetime) -> Record | None:
+    """last-passive.json when readable and at most :data:`CACHE_MAX_AGE_S` old."""
+    path = output.last_path(config, "passive")
+    cached = output.read_json(path)
+    if cached is None:
+        return None
+    try:
+        last = from_dict(cached, str(path))
+    except ValueError:
+        return None
+    if (now - _started(last.started)).total_seconds() > CACHE_MAX_AGE_S:
+        return None
+    return last
+
+
+def _started(text: str) -> datetime:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return datetime.fromtimestamp(0, UTC)
+
+
 def _write(
-    config: HealthConfig, record: Record, state: st.State, budget: Budget, *, update: bool
+    config: HealthConfig,
+    record: Record,
+    state: st.State,
+    budget: Budget,
+    *,
+    update: bool,
+    blocked: bool = False,
 ) -> output.Delivery | None:
     output.write_last(config, record)
     delivery = None
     deadline = time.monotonic() + max(budget.total_s - budget.elapsed() - 0.2, 0.0)
     if record.tier == "prolog":
-        # A job is waiting: send only a drain request, and only within what is left.
-        if record.request is not None and record.request.op == "drain":
+        # A job is waiting: send only when it blocks the job (the collector then drains with a
+        # gpuforge reason), and only within what is left.
+        if blocked and record.request is not None and record.request.op == "drain":
             output.spool(config, record, state)
             delivery = output.deliver(config, deadline=deadline, limit=None)
     else:

@@ -115,3 +115,36 @@ def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     fresh = st.load(path)
     assert fresh.streaks == {}
     assert "unreadable" in fresh.note
+
+
+def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from gpuforge.node import output  # noqa: PLC0415
+    from gpuforge.node.record import CheckRecord, Record  # noqa: PLC0415
+
+    config = cfg.parse(f"version: 1\nnode: gpu01\nstate_dir: {tmp_path}\n")
+    started = datetime(2026, 11, 30, 19, 0, tzinfo=UTC)
+    passive = Record(
+        node="gpu01",
+        tier="passive",
+        started="2026-11-30T19:00:00Z",
+        duration_s=1.0,
+        verdict="fail",
+        checks=(CheckRecord("fabric.port", "fail", "inspect", streak=2),),
+        request=Request("drain", "fabric.port", "inspect", 0),
+    )
+    output.write_last(config, passive)
+    (tmp_path / "decision.json").write_text('{"decision": {"done": "drained"}}')
+    st.save(tmp_path / "state.json", st.State(boot_id="b1"))
+    prolog = Record("gpu01", "prolog", "2026-11-30T19:05:00Z", 0.1, "pass")
+
+    def blocks(boot: str | None, age: timedelta) -> int:
+        return engine.prolog_blocks(prolog, config, current_boot=boot, now=started + age)
+
+    assert blocks("b1", timedelta(minutes=5)) == 1
+    assert blocks("b2", timedelta(minutes=5)) == 0  # another boot
+    assert blocks(None, timedelta(minutes=5)) == 0  # boot unknown
+    assert blocks("b1", timedelta(hours=2)) == 0  # stale cache
+    (tmp_path / "decision.json").write_text('{"decision": {"done": "refused"}}')
+    assert blocks("b1", timedelta(minutes=5)) == 0  # the breaker's refusal stands

@@ -120,7 +120,14 @@ def test_prolog_blocks_on_a_cached_fail_only_once_the_collector_drained(
     assert passive.record.request is not None and passive.record.request.op == "drain"
     decision = json.loads((node.root / "state/decision.json").read_text())
     assert decision == {"decision": {"done": done}}
+    collector.received.clear()
     assert node.run("prolog").exit_code == code
+    # Only a prolog that blocks the job tells the collector (the job start is waiting).
+    assert len(collector.received) == code
+    if done == "drained":
+        # Rebooted (remediated) since that passive run: its cache no longer speaks for the node.
+        node.set_boot("boot-2", uptime=30.0)
+        assert node.run("prolog").exit_code == 0
 
 
 def test_prolog_with_a_missing_kernel_log_is_error_and_lets_the_job_run(node: SimNode) -> None:
