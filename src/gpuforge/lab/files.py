@@ -110,6 +110,8 @@ def ansible_cfg(sdir: Path, inventory: InventoryDir) -> str:
 
 #: The simulator's sysfs-shaped tree (gpuforge-sim-sysfs.service, docs/simulator.md).
 SIM_SYSFS = "/var/lib/gpuforge-sim/sys"
+#: Where the lab's collector (`gpuforge health serve`, on the host) listens on the gateway.
+HEALTH_COLLECTOR_PORT = 9477
 
 
 def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
@@ -139,18 +141,25 @@ def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
         "gpuforge_apt_repo_components": ["main"],
         "gpuforge_apt_repo_key_url": f"{url}gpuforge-lab.asc",
     }
-    # What the lab's hardware simulator changes underneath the roles (docs/simulator.md): the
-    # sysfs-shaped tree of its IB ports, and an exporter that reads the simulator itself (no
-    # nv-hostengine to point it at).
+    # What the lab's hardware simulator changes underneath the roles on the GPU nodes
+    # (docs/simulator.md): the sysfs-shaped tree of its IB ports, and an exporter that reads the
+    # simulator itself (no nv-hostengine to point it at).
     simulator = {
         "node_exporter_path_sysfs": SIM_SYSFS,
         "dcgm_exporter_hostengine": "",
+        # The health checker reads the same tree and reports to `gpuforge health serve`, which
+        # the lab runs on the host: the lab network's gateway.
+        "health_sysfs_root": SIM_SYSFS,
+        "health_collector_url": f"http://{plan.gateway}:{HEALTH_COLLECTOR_PORT}",
+        # A lab node reboots as a restarted container: the host's boot_id stays, the start of
+        # the container's PID 1 (clock ticks since the host booted) changes.
+        "remediate_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
     }
     # The monitoring servers notify the lab's webhook sink, which the alert tests read.
     monitoring = {"alertmanager_webhook_sink": True}
     return {
         "hosts.yml": '{"all": {"hosts": {\n' + host_lines + "\n}}}\n",
-        "group_vars/all/simulator.yml": header
+        "group_vars/gpu_nodes/simulator.yml": header
         + "---\n"
         + yaml.safe_dump(simulator, sort_keys=False),
         "group_vars/monitoring/lab.yml": header

@@ -63,13 +63,13 @@ def test_site_layer_reaches_the_nodes_with_the_lab_host_keys(plan: LabPlan, tmp_
     assert sorted(out) == [
         "group_vars/all/connection.yml",
         "group_vars/all/mirror.yml",
-        "group_vars/all/simulator.yml",
+        "group_vars/gpu_nodes/simulator.yml",
         "group_vars/monitoring/lab.yml",
         "hosts.yml",
     ]
-    assert yaml.safe_load(out["group_vars/all/simulator.yml"])["node_exporter_path_sysfs"] == (
-        "/var/lib/gpuforge-sim/sys"
-    )
+    assert yaml.safe_load(out["group_vars/gpu_nodes/simulator.yml"])[
+        "node_exporter_path_sysfs"
+    ] == ("/var/lib/gpuforge-sim/sys")
     assert yaml.safe_load(out["group_vars/monitoring/lab.yml"]) == {
         "alertmanager_webhook_sink": True
     }
