@@ -149,6 +149,9 @@ def run_tier(
             continue
         results.append(check(probe))
     update = tier != "prolog"
+    if tier == "passive":
+        # gpu.xid moves the boot with its cursor; kept here too for when it is disabled.
+        state.boot_id = _boot_or_none(probe) or state.boot_id
     checks, request = hysteresis(results, config, state, update=update)
     if tier == "prolog":
         request = _prolog_request(checks, config, state)
