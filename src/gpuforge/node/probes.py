@@ -42,7 +42,7 @@ _T = TypeVar("_T")
 GPU_QUERY = ["nvidia-smi", f"--query-gpu={checks.GPU_QUERY}", "--format=csv"]
 KERNEL_LOG = (
     ["dmesg", "--time-format", "iso"],
-    ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso"],
+    ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso-precise"],
 )
 _ISO_HEAD = re.compile(
     r"^(?:\w+\s*:\s*\w+\s*:\s*)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"

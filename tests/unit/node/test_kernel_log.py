@@ -74,3 +74,23 @@ def test_a_whole_real_log_is_judged_by_the_catalogue(tmp_path: Path) -> None:
     assert {e.code for e in out.record.events} == {13, 43}
     disabled = {c.check for c in out.record.checks if c.detail == "disabled by config"}
     assert disabled == set(_others()) - {"gpu.dcgm_diag"}  # an epilog check
+
+
+def test_the_journal_when_dmesg_is_not_readable(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path)
+    # util-linux's message when kernel.dmesg_restrict forbids it, exit 1
+    node._script(
+        "dmesg",
+        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n",
+    )
+    journal = tmp_path / "journal.txt"
+    journal.write_text(
+        "2025-01-21T03:00:00.548779+0000 gpu01 kernel: NVRM: Xid (PCI:0000:91:00): 79, "
+        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    )
+    node._script("journalctl", f"#!/bin/sh\nexec /bin/cat {journal}\n")
+    assert _xid(node) == ("fail", "reboot", "drain")
+    node.remove_tool("journalctl")
+    node.set_boot("boot-2", uptime=60.0)
+    status, action, _ = _xid(node)
+    assert (status, action) == ("error", None)
