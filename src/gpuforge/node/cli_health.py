@@ -57,12 +57,18 @@ def main(args: argparse.Namespace) -> int:
         return _clear(config, args.check)
     if args.check:
         raise InputError(f"health {args.tier}: unexpected argument {args.check!r}")
-    result = engine.run_tier(
-        config,
-        args.tier,
-        proc_root=Path(os.environ.get(PROC_ENV) or "/proc"),
-        job_id=engine.job_id_from_env() if args.tier != "passive" else None,
-    )
+    try:
+        result = engine.run_tier(
+            config,
+            args.tier,
+            proc_root=Path(os.environ.get(PROC_ENV) or "/proc"),
+            job_id=engine.job_id_from_env() if args.tier != "passive" else None,
+        )
+    except Exception as exc:
+        # A non-zero Prolog/Epilog drains the node: a checker that broke (a full disk, a bug)
+        # must not. The message names what broke; passive reports it as an operation failure.
+        _say(f"gpuforge-node: health {args.tier}: {type(exc).__name__}: {exc}", err=True)
+        return 0 if args.tier in ("prolog", "epilog") else 1
     record = result.record
     if not args.quiet or result.exit_code:
         bad = [

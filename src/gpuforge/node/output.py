@@ -183,7 +183,10 @@ def post(url: str, body: bytes, timeout: float) -> Mapping[str, Any]:
     request = urllib.request.Request(  # noqa: S310 - the URL's scheme is checked by config.load
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+    # No proxy: the collector is on the management network, and an http_proxy in slurmd's
+    # environment must not route a drain request elsewhere.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=timeout) as response:
         raw = response.read(1_000_000)
     answer = json.loads(raw or b"{}")
     if not isinstance(answer, dict):

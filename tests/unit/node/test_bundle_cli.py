@@ -109,3 +109,16 @@ def test_health_clear_forgets_sticky_xids(tmp_path: Path) -> None:
     assert "Xid" not in state
     assert "latched" not in state
     assert main(["health", "clear", "gpu.bogus", "--config", str(config)]) == 2
+
+
+def test_a_broken_checker_never_fails_the_prolog(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    config = tmp_path / "health.yaml"
+    config.write_text(f"version: 1\nnode: gpu01\nstate_dir: {blocker}/state\n")
+    assert main(["health", "prolog", "--config", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("gpuforge-node: health prolog: ")
+    assert main(["health", "passive", "--config", str(config)]) == 1
