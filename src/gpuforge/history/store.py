@@ -303,6 +303,9 @@ class Retention:
 
     snapshot_days: float = 30.0
     history_days: float = 400.0
+    #: A change between pass and warn keeps its full record this long; after it, its verdicts
+    #: and non-passing checks (fail and error changes keep their records for ``history_days``).
+    full_days: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -563,16 +566,35 @@ class HistoryStore:
     def prune(
         self, retention: Retention | None = None, *, now: float | None = None
     ) -> dict[str, int]:
-        """Delete what is older than ``retention`` allows; the number of rows per table."""
+        """Delete what is older than ``retention`` allows, roll up old pass/warn changes.
+
+        Returns the number of rows per table deleted (``rolled_up``: changes whose record was
+        dropped). Freed pages are reused by SQLite, so the file stops growing at about the
+        retention's size.
+        """
         keep = retention or Retention()
         t = time.time() if now is None else now
         snap_cut = t - keep.snapshot_days * 86400
         hist_cut = t - keep.history_days * 86400
+        full_cut = t - keep.full_days * 86400
         with self.transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'rolled_up_until'").fetchone()
+            since = float(row[0]) if row else 0.0
+            rolled = db.execute(
+                "UPDATE verdicts SET record = X'' WHERE at >= ? AND at < ?"
+                " AND verdict IN ('pass', 'warn')"
+                " AND coalesce(previous, 'pass') IN ('pass', 'warn')",
+                (since, full_cut),
+            ).rowcount
+            db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('rolled_up_until', ?)",
+                (repr(max(since, full_cut)),),
+            )
             return {
                 "snapshots": db.execute("DELETE FROM snapshots WHERE at < ?", (snap_cut,)).rowcount,
                 "verdicts": db.execute("DELETE FROM verdicts WHERE at < ?", (hist_cut,)).rowcount,
                 "events": db.execute("DELETE FROM events WHERE at < ?", (hist_cut,)).rowcount,
+                "rolled_up": rolled,
             }
 
     # -- reading
@@ -670,10 +692,11 @@ class HistoryStore:
         return [Snapshot(r[0], r[1], r[2], r[3], json.loads(_unpack(r[4]))) for r in rows]
 
     def changes(self, node: str, since: float | None = None) -> list[dict[str, Any]]:
-        """The full records that changed ``node``'s verdict, oldest first."""
+        """The full records that changed ``node``'s verdict, oldest first (not the rolled-up)."""
         with self._read() as db:
             rows = db.execute(
-                "SELECT record FROM verdicts WHERE node = ? AND at >= ? ORDER BY at",
+                "SELECT record FROM verdicts WHERE node = ? AND at >= ? AND length(record) > 0"
+                " ORDER BY at",
                 (node, since if since is not None else 0.0),
             ).fetchall()
         return [dict(json.loads(_unpack(r[0]))) for r in rows]

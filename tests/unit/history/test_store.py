@@ -107,8 +107,16 @@ def test_prune_keeps_latest_and_drops_old_rows(store: HistoryStore) -> None:
     store.ingest([record(at=T0 + 40 * 86400, verdict="fail", failed=(("gpu.xid", "reboot"),),
                          counters={"c": 2})])  # fmt: skip
     gone = store.prune(Retention(snapshot_days=30, history_days=400), now=T0 + 41 * 86400)
-    assert gone == {"snapshots": 1, "verdicts": 0, "events": 0}
+    assert gone == {"snapshots": 1, "verdicts": 0, "events": 0, "rolled_up": 1}
     assert store.latest()["gpu01"].verdict == "fail"
+    # the first (pass) change lost its record, the fail change kept it; both are in the history
+    assert [c["verdict"] for c in store.changes("gpu01")] == ["fail"]
+    assert [h.verdict for h in store.node_history("gpu01") if h.kind == "verdict"] == [
+        "fail",
+        "pass",
+    ]
+    gone = store.prune(now=T0 + 500 * 86400)
+    assert gone["verdicts"] == 2 and gone["rolled_up"] == 0
 
 
 @pytest.mark.parametrize(
