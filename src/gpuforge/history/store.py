@@ -3,8 +3,9 @@
 Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the store keeps:
 
 * ``latest``: the newest record of every node and tier, in full (one row each, replaced);
-* ``verdicts``: every verdict *change* of a node and tier, with the full record that made it
-  (a change is a different verdict or a different set of non-passing checks and actions);
+* ``verdicts``: every verdict *change* of a node and tier (a change is a different verdict or a
+  different set of non-passing checks and actions), and in ``change_records`` the full record
+  that made it: 30 days for a change between pass and warn, the whole retention otherwise;
 * ``snapshots``: a node's counters at most once an hour, and only when they differ from its
   previous snapshot (or when its verdict changed): an unchanged counter set is not stored again,
   so a healthy node costs a row only when a counter moves. Dense time series are Prometheus's;
@@ -12,8 +13,9 @@ Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the stor
   (``drain``, ``resume``, ``refused``, ``failure``, ``remediation``, ``rma``), each once.
 
 Retention (:class:`Retention`, applied by :meth:`HistoryStore.prune`): snapshots 30 days, verdict
-changes and events 400 days; latest rows are kept while the node reports. Every write is one
-transaction; records of one batch share one (the collector batches them).
+changes and events 400 days, the records of pass/warn changes 30 days; latest rows are kept while
+the node reports. Every write is one transaction; records of one batch share one (the collector
+batches them).
 
 A file that is not a history database of this or an older schema version is refused with an
 :class:`~gpuforge.errors.InputError` naming it, and is never written to.
@@ -70,11 +72,15 @@ CREATE TABLE IF NOT EXISTS verdicts (
     at REAL NOT NULL,
     verdict TEXT NOT NULL,
     previous TEXT,              -- the verdict before, NULL for a node's first record
-    signature TEXT NOT NULL,
-    record BLOB NOT NULL        -- the whole record, zlib-compressed JSON
+    signature TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS verdicts_node ON verdicts (node, at);
 CREATE INDEX IF NOT EXISTS verdicts_at ON verdicts (at);
+-- The full record of a change, apart so that a roll-up frees whole pages for reuse.
+CREATE TABLE IF NOT EXISTS change_records (
+    id INTEGER PRIMARY KEY,     -- verdicts.id
+    record BLOB NOT NULL        -- zlib-compressed JSON
+);
 CREATE TABLE IF NOT EXISTS snapshots (
     id INTEGER PRIMARY KEY,
     node TEXT NOT NULL,
@@ -460,12 +466,14 @@ class HistoryStore:
                 )
                 if changed:
                     changes += 1
+                    cur = db.execute(
+                        "INSERT INTO verdicts (node, tier, at, verdict, previous, signature)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature),
+                    )
                     db.execute(
-                        "INSERT INTO verdicts (node, tier, at, verdict, previous, signature,"
-                        " record) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature,
-                         _pack(f.text)),
-                    )  # fmt: skip
+                        "INSERT INTO change_records VALUES (?, ?)", (cur.lastrowid, _pack(f.text))
+                    )
                     if f.verdict == "fail" and (prev is None or prev[1] != "fail"):
                         db.execute(
                             "INSERT INTO events (at, node, kind, check_name, source, detail)"
@@ -581,11 +589,15 @@ class HistoryStore:
             row = db.execute("SELECT value FROM meta WHERE key = 'rolled_up_until'").fetchone()
             since = float(row[0]) if row else 0.0
             rolled = db.execute(
-                "UPDATE verdicts SET record = X'' WHERE at >= ? AND at < ?"
-                " AND verdict IN ('pass', 'warn')"
-                " AND coalesce(previous, 'pass') IN ('pass', 'warn')",
+                "DELETE FROM change_records WHERE id IN (SELECT id FROM verdicts"
+                " WHERE at >= ? AND at < ? AND verdict IN ('pass', 'warn')"
+                " AND coalesce(previous, 'pass') IN ('pass', 'warn'))",
                 (since, full_cut),
             ).rowcount
+            db.execute(
+                "DELETE FROM change_records WHERE id IN (SELECT id FROM verdicts WHERE at < ?)",
+                (hist_cut,),
+            )
             db.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('rolled_up_until', ?)",
                 (repr(max(since, full_cut)),),
@@ -695,8 +707,8 @@ class HistoryStore:
         """The full records that changed ``node``'s verdict, oldest first (not the rolled-up)."""
         with self._read() as db:
             rows = db.execute(
-                "SELECT record FROM verdicts WHERE node = ? AND at >= ? AND length(record) > 0"
-                " ORDER BY at",
+                "SELECT c.record FROM verdicts v JOIN change_records c ON c.id = v.id"
+                " WHERE v.node = ? AND v.at >= ? ORDER BY v.at",
                 (node, since if since is not None else 0.0),
             ).fetchall()
         return [dict(json.loads(_unpack(r[0]))) for r in rows]
