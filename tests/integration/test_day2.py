@@ -1,0 +1,323 @@
+"""Day 2 on one admitted lab: health checks drain, remediation brings back, RMA, breaker, operator.
+
+One module-scoped lab (tests/integration/specs/day2.yaml, lab ``d2health``: hctl01 + hgpu01-04,
+2 nodes per rack and per leaf, 2 rails) is brought up, deployed (phase 1, level quick) with a
+HealthCheckInterval of 30 s, and the collector (``gpuforge health serve``) runs on the lab
+network's gateway, where the nodes' health.yaml points. Every day-2 test of the project shares it
+(helpers add theirs below), so the costs of bringing it up are paid once.
+
+What the loop must show (issue 16 item 7):
+- an Xid 79 injected on hgpu03 drains it with ``gpuforge:gpu.xid:reboot`` within one interval
+  (plus the collector's turn), ``gpuforge remediate --pending`` reboots it (a real container
+  restart), the fault clears with the reboot, re-validation passes and the node is resumed;
+- faults that never clear (``ib_port_down``) on both nodes of one leaf at once with a breaker of
+  one node per leaf: one is drained (``gpuforge:fabric.port:inspect``), the other refused and the
+  refusal recorded; remediation sends the drained one to RMA with an evidence bundle;
+- hgpu04, drained by an operator before anything starts and given a fault of its own, keeps the
+  operator's reason throughout.
+
+Set GPUFORGE_KEEP_LAB=1 to leave the lab up after the module (debugging).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuforge.lab import cluster
+from gpuforge.lab.paths import CONTAINERS_CONF
+from gpuforge.slurm.control import SINFO_FORMAT, SinfoRow, parse_sinfo
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+SPEC = Path(__file__).parent / "specs" / "day2.yaml"
+LAB = "d2health"
+CONTROLLER = "hctl01"
+XID_NODE = "hgpu03"
+OPERATOR_NODE = "hgpu04"
+OPERATOR_REASON = "disk swap ticket 4711"
+LEAF_PAIR = ("hgpu01", "hgpu02")  # one SU, so one leaf per rail
+#: HealthCheckInterval of the lab (slurm.conf); the tests wait in multiples of it.
+INTERVAL_S = 30
+COLLECTOR_PORT = 9477
+GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
+LOG = logging.getLogger(__name__)
+
+
+# ---- the shared lab ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment every gpuforge call of this module runs with."""
+    return dict(
+        os.environ,
+        CONTAINERS_CONF=str(CONTAINERS_CONF),
+        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        GPUFORGE_STATE_DIR=str(tmp_path_factory.mktemp("state")),
+    )
+
+
+def run(env: dict[str, str], *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GPUFORGE, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cluster.ssh_command(LAB, node, list(argv)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The day-2 lab, deployed and admitted, with the operator's drain; yields its inventory."""
+    cluster.down(LAB)
+    try:
+        proc = run(env, "lab", "up", str(SPEC), timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        inventory = cluster.state_dir(LAB) / "inventory"
+        override = cluster.inventory_dir(LAB).site / "group_vars" / "all" / "zz-day2.yml"
+        override.parent.mkdir(parents=True, exist_ok=True)
+        override.write_text(f"---\nslurm_health_check_interval: {INTERVAL_S}\n")
+        reports = tmp_path_factory.mktemp("deploy")
+        started = time.monotonic()
+        proc = run(
+            env,
+            "deploy",
+            "--phase",
+            "1",
+            "--level",
+            "quick",
+            str(SPEC),
+            "--inventory",
+            str(inventory),
+            "--report-dir",
+            str(reports),
+        )
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        LOG.info("day-2 lab deployed in %.0f s", time.monotonic() - started)
+        drain = ssh(
+            CONTROLLER,
+            "scontrol",
+            "update",
+            f"nodename={OPERATOR_NODE}",
+            "state=drain",
+            f"reason={OPERATOR_REASON}",
+        )
+        assert drain.returncode == 0, drain.stderr
+        yield inventory
+    finally:
+        if not os.environ.get("GPUFORGE_KEEP_LAB"):
+            cluster.down(LAB)
+
+
+@pytest.fixture(scope="module")
+def collector(
+    lab: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[subprocess.Popen[str]]:
+    """``gpuforge health serve`` on the lab's gateway: breaker of one node per leaf per 10 min."""
+    gateway = cluster.load_plan(LAB).gateway
+    log = tmp_path_factory.mktemp("collector") / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                GPUFORGE,
+                "health",
+                "serve",
+                LAB,
+                "--inventory",
+                str(lab),
+                "--listen",
+                f"{gateway}:{COLLECTOR_PORT}",
+                "--via",
+                CONTROLLER,
+                "--max-fraction",
+                "1",
+                "--max-per-leaf",
+                "1",
+                "--window",
+                "600",
+                "--metrics-dir",
+                str(log.parent),
+                "-v",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        wait_for(lambda: _listening(gateway, COLLECTOR_PORT), 30, "the collector to listen")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        LOG.info("collector log:\n%s", log.read_text()[-4000:])
+
+
+def _listening(host: str, port: int) -> bool:
+    import socket  # noqa: PLC0415
+
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+#: Faults active in the lab, by node: each injection writes them all (the file replaces the state;
+#: faults already there keep their injection time).
+_FAULTS: dict[str, list[dict[str, Any]]] = {}
+
+
+def inject(env: dict[str, str], tmp: Path, node: str, *faults: dict[str, Any]) -> None:
+    """Add ``faults`` to ``node`` in the running lab (``gpuforge lab faults``)."""
+    _FAULTS.setdefault(node, []).extend(faults)
+    doc = {
+        "version": 1,
+        "time_scale": 0.02,
+        "faults": [{"node": n, **f} for n, fs in sorted(_FAULTS.items()) for f in fs],
+    }
+    path = tmp / f"faults-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run(env, "lab", "faults", "--lab", LAB, str(path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def sinfo() -> dict[str, SinfoRow]:
+    proc = ssh(CONTROLLER, "sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}")
+    assert proc.returncode == 0, proc.stderr
+    return {row.node: row for row in parse_sinfo(proc.stdout)}
+
+
+def wait_for(probe: Callable[[], Any], timeout: float, what: str, every: float = 3.0) -> Any:
+    """The first truthy value of ``probe()`` within ``timeout`` seconds; fails the test else."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def drained(node: str) -> SinfoRow | None:
+    row = sinfo()[node]
+    return row if "drain" in row.state else None
+
+
+def boot_mark(node: str) -> str:
+    proc = ssh(node, "cut", "-d ", "-f22", "/proc/1/stat")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def remediate(
+    env: dict[str, str], inventory: Path, reports: Path
+) -> subprocess.CompletedProcess[str]:
+    return run(
+        env,
+        "remediate",
+        "--pending",
+        "--inventory",
+        str(inventory),
+        "--report-dir",
+        str(reports),
+        "--gpu-burn-seconds",
+        "10",
+        "--dcgm-level",
+        "2",
+        "--json",
+        timeout=1200,
+    )
+
+
+# ---- the loop ---------------------------------------------------------------------------------
+
+
+def test_xid79_is_drained_remediated_by_a_reboot_and_resumed(
+    lab: Path,
+    collector: subprocess.Popen[str],
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    assert sinfo()[XID_NODE].state == "idle"
+    before = boot_mark(XID_NODE)
+    # the operator's node gets a fault too: it must not matter to gpuforge
+    inject(env, tmp_path, OPERATOR_NODE, {"kind": "xid", "gpu": 0, "code": 79})
+    injected = time.monotonic()
+    inject(env, tmp_path, XID_NODE, {"kind": "xid", "gpu": 2, "code": 79})
+    row = wait_for(lambda: drained(XID_NODE), INTERVAL_S * 2 + 30, f"{XID_NODE} to be drained")
+    took = time.monotonic() - injected
+    LOG.info("Xid 79 drained %s after %.0f s (interval %d s)", XID_NODE, took, INTERVAL_S)
+    assert row.reason.startswith("gpuforge:gpu.xid:reboot"), row
+
+    proc = remediate(env, lab, tmp_path / "reports")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert boot_mark(XID_NODE) != before, "remediation did not reboot the node"
+    log = ssh(XID_NODE, "dmesg")
+    assert "Xid" not in log.stdout, "the reboot did not clear the Xid 79 fault"
+    assert sinfo()[XID_NODE].state in ("idle", "mixed", "allocated"), sinfo()[XID_NODE]
+    _FAULTS.pop(XID_NODE)  # cleared by the reboot; the next file need not carry it
+
+
+def test_never_fault_on_a_whole_leaf_drains_one_and_goes_to_rma(
+    lab: Path,
+    collector: subprocess.Popen[str],
+    env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    for node in LEAF_PAIR:
+        _FAULTS.setdefault(node, []).append({"kind": "ib_port_down", "rail": 1})
+    inject(env, tmp_path, LEAF_PAIR[0])
+    # fabric.port fails after 2 runs in a row: two intervals, then the collector's turn
+    wait_for(lambda: any(drained(n) for n in LEAF_PAIR), INTERVAL_S * 3 + 30, "a drain on the leaf")
+    time.sleep(INTERVAL_S * 2)  # the other node has asked by now, and been refused
+    rows = sinfo()
+    out = [n for n in LEAF_PAIR if "drain" in rows[n].state]
+    assert len(out) == 1, {n: rows[n] for n in LEAF_PAIR}
+    (gone,) = out
+    (kept,) = [n for n in LEAF_PAIR if n != gone]
+    assert rows[gone].reason.startswith("gpuforge:fabric.port:inspect"), rows[gone]
+    history = run(env, "health", "history", kept, "--cluster", LAB, "--json", timeout=60)
+    assert history.returncode == 0, history.stderr
+    assert "refused" in history.stdout, history.stdout[-3000:]
+
+    reports = tmp_path / "reports"
+    proc = remediate(env, lab, reports)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]  # 1: went to RMA
+    bundles = sorted((reports / LAB / "rma").glob(f"*{gone}*"))
+    assert any(p.name.endswith(".tar.gz") for p in bundles), bundles
+    manifest = json.loads(next(p for p in bundles if p.suffix == ".json").read_text())
+    assert manifest["node"] == gone
+    assert "drain" in sinfo()[gone].state  # still out: a hand is needed
+
+
+def test_operator_drain_is_untouched_throughout(
+    lab: Path, collector: subprocess.Popen[str]
+) -> None:
+    row = sinfo()[OPERATOR_NODE]
+    assert "drain" in row.state, row
+    assert row.reason == OPERATOR_REASON, row
