@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
-from gpuforge.node.record import Event, clip
+from gpuforge.node.record import TEXT_MAX, Event, clip
 from gpuforge.node.run import Output, Runner, ToolError
 from gpuforge.node.state import State
 from gpuforge.validate import checks, flaps
@@ -35,6 +35,7 @@ from gpuforge.validate.parsers import (
     xid,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import NvidiaSmiReport
+from gpuforge.validate.result import excerpt
 from gpuforge.validate.xid_catalogue import Action, lookup
 
 _T = TypeVar("_T")
@@ -74,17 +75,30 @@ class Result:
     evidence: str = ""
 
 
-def judged(check: str, outcome: Outcome, evidence: str, action: str) -> Result:
-    """A pure check's :class:`Outcome` as a result: FAIL carries ``action`` (or its own)."""
+def judged(
+    check: str, outcome: Outcome, evidence: str, action: str, needles: Sequence[str] = ()
+) -> Result:
+    """A pure check's :class:`Outcome` as a result: FAIL carries ``action`` (or its own).
+
+    Only a result that is not a pass carries its evidence: 12,500 nodes send a record every
+    interval, and what explains a pass is its ``measured`` value.
+    """
     if outcome.ok:
-        status, act = "pass", None
-    elif outcome.warn_only:
+        return Result(check, "pass", None, outcome.measured, outcome.expected, outcome.detail)
+    if outcome.warn_only:
         status, act = "warn", "monitor"
     else:
         status, act = "fail", outcome.action or action
-    return Result(
-        check, status, act, outcome.measured, outcome.expected, outcome.detail, clip(evidence)
-    )
+    said = f"{outcome.measured} {outcome.detail}"
+    # Cut the output around what the judgement names (a GPU's bus id, a port), not head/tail.
+    named = sorted({m.group(0) for m in _NEEDLE.finditer(said)})
+    kept = excerpt(evidence, [*named, *needles], TEXT_MAX)
+    return Result(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
+
+
+_NEEDLE = re.compile(
+    r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.\d)?|\bmlx5_\d+\b|\bib\d+\b|\bGPU\s?\d+\b"
+)
 
 
 def error(check: str, why: str, evidence: str = "") -> Result:
@@ -362,7 +376,9 @@ def gpu_ecc(p: Probe) -> Result:
                     v.dram_correctable or 0
                 )
         outcome = checks.no_uncorrectable_ecc(report)
-        return judged("gpu.ecc_uncorrectable", outcome, ev, lookup(48).action.value)
+        return judged(
+            "gpu.ecc_uncorrectable", outcome, ev, lookup(48).action.value, ("uncorrectable>",)
+        )
 
     return guarded("gpu.ecc_uncorrectable", body)
 
@@ -375,7 +391,13 @@ def gpu_row_remap(p: Probe) -> Result:
         outcome = checks.row_remap_healthy(report)
         failed = "failure" in str(outcome.measured)
         action = lookup(64 if failed else 63).action.value
-        return judged("gpu.row_remap", outcome, ev, action)
+        return judged(
+            "gpu.row_remap",
+            outcome,
+            ev,
+            action,
+            ("<remapped_row_pending>", "<remapped_row_failure>", "<pending_retirement>"),
+        )
 
     return guarded("gpu.row_remap", body)
 

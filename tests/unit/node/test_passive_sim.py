@@ -28,6 +28,9 @@ def test_clean_node_passes_every_check(tmp_path: Path) -> None:
     skipped = {c.check for c in out.record.checks if c.status == "skip"}
     assert skipped == {"fabric.roce_pfc"}  # IB rails only
     assert out.record.counters["ib/mlx5_0/1/symbol_error"] == 0
+    # A pass carries no evidence: the record stays small (12,500 nodes every interval).
+    assert all(c.evidence == "" for c in out.record.checks)
+    assert len(out.record.to_json()) < 8000
 
 
 #: Faults on distinct GPUs and rails, so one node run shows several; each maps to the check
@@ -83,6 +86,9 @@ def test_each_fault_fails_its_check_with_its_action(
     out = SimNode(tmp_path, faults).run()
     got = {c.check: (c.status, c.action) for c in out.record.checks}
     assert {k: got[k] for k in expect} == expect
+    for c in out.record.checks:
+        if c.status == "fail":
+            assert c.evidence and len(c.evidence) <= 2000, c.check
     assert out.record.verdict == "fail"
     assert out.record.request is not None and out.record.request.op == "drain"
 
