@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from gpuforge import __version__
-from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topology, validate
 from gpuforge.cli import conformance as conformance_cli
+from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topology, validate
+from gpuforge.cli import fleet as fleet_cli
+from gpuforge.cli import health as health_cli
 from gpuforge.cli import remediate as remediate_cli
 from gpuforge.errors import GpuforgeError
 
@@ -56,6 +58,8 @@ main.add_command(validate.validate)
 main.add_command(deploy.deploy)
 main.add_command(deploy.status)
 main.add_command(paths.paths)
+main.add_command(health_cli.health)
+main.add_command(fleet_cli.fleet)
 main.add_command(remediate_cli.remediate)
 main.add_command(remediate_cli.rma_group)
 main.add_command(conformance_cli.conformance)
