@@ -12,7 +12,7 @@ import json
 import shlex
 import socket
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,12 +27,14 @@ from gpuforge.conformance import plan, report
 from gpuforge.conformance.run import LEVELS, Deps, Fleet, Options, Outcome, Raw, run
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health import fleet as health_fleet
-from gpuforge.history.conformance import ConformanceHistory
+from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore, history_path
 from gpuforge.inventory.reader import ClusterView, InventoryDir, host_vars
 from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
+from gpuforge.validate import pipeline
+from gpuforge.validate.result import Tier
 
 #: Seconds one node checker run over SSH may take (burnin runs DCGM level 2).
 SSH_TIMEOUT = {"passive": 120.0, "quick": 300.0, "burnin": 1500.0}
@@ -179,6 +181,50 @@ def collector_for_run(
         collector.stop()
 
 
+def burnin_tests(
+    root: Path, admission: Admission, report_dir: Path
+) -> Callable[[Sequence[str]], Mapping[str, NodeResult]]:
+    """Level burnin's fabric part through the validation pipeline, in a maintenance window.
+
+    ib_write_bw pairs per rail and NCCL in leaf groups (with the pipeline's culprit
+    localization when a group underperforms) on the nodes whose task passed; user jobs are kept
+    off them by the window's reservation. DCGM level 2 already ran on each node in its task.
+    """
+
+    def tests(nodes: Sequence[str]) -> Mapping[str, NodeResult]:
+        wiring = pipeline.wire(root, need_slurm=False)
+        window = "gpuforge_conformance_burnin"
+        admission.open_window(window, nodes)
+        try:
+            summary = pipeline.run_validation(
+                wiring.view,
+                list(nodes),
+                pipeline.Options(
+                    level=Tier.FULL,
+                    gpu_burn_seconds=60,
+                    dcgm_level=2,
+                    reservation=window,
+                    work_dir=report_dir / "burnin",
+                ),
+                wiring.deps,
+            )
+        finally:
+            admission.close_window(window)
+        out: dict[str, NodeResult] = {}
+        for v in summary.nodes:
+            bad = tuple(
+                (r.check, r.status.value, r.action)
+                for r in v.results
+                if r.status.value in {"fail", "error"}
+            )
+            if bad:
+                worst = "fail" if any(s == "fail" for _, s, _ in bad) else "error"
+                out[v.node] = NodeResult(v.node, worst, ",".join(v.reasons), bad)
+        return out
+
+    return tests
+
+
 def _print(outcome: Outcome, paths: Mapping[str, Path]) -> None:
     ch = outcome.changes
     counts = ch.counts()
@@ -311,6 +357,8 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
         )
         deps = slurm_deps(slurm, store)
         deps.admission = admission
+        if level == "burnin":
+            deps.active_tests = burnin_tests(root, admission, report_dir / name)
     lock = state_dir / name / "conformance.lock"
     if admission is not None:
         with collector_for_run(collector_listen, root, store, admission) as how:

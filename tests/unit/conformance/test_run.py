@@ -338,3 +338,22 @@ def test_an_operators_drain_is_never_rechecked(
     run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l")
     assert not any(c.startswith("open") for c in adm.calls)
     assert len(world.submitted) == 1
+
+
+def test_burnin_runs_the_pipeline_only_on_nodes_that_passed_and_records_its_failures(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    asked: list[list[str]] = []
+
+    def active(nodes: Sequence[str]) -> Mapping[str, NodeResult]:
+        asked.append(list(nodes))
+        bad = (("burnin.ib_write_bw.min", "fail", ""),)
+        return {"gpu04": NodeResult("gpu04", "fail", "burnin.ib_write_bw.min", bad)}
+
+    deps = deps_for(world)
+    deps.active_tests = active
+    out = run(FLEET, history, Options(level="burnin", poll_s=0), deps, lock_path=tmp_path / "l")
+    assert asked == [["gpu04"]]  # gpu01 failed, gpu03 errored, the rest were not checked
+    assert "--time=25" in world.submitted[0]
+    assert out.changes.results["gpu04"].outcome == "fail"
+    assert out.changes.results["gpu04"].why == "burnin.ib_write_bw.min"
