@@ -188,7 +188,8 @@ def burnin_tests(
 
     ib_write_bw pairs per rail and NCCL in leaf groups (with the pipeline's culprit
     localization when a group underperforms) on the nodes whose task passed; user jobs are kept
-    off them by the window's reservation. DCGM level 2 already ran on each node in its task.
+    off them by the window's reservation. The pipeline's tiers run whole (its DCGM level 2 repeats
+    the task's, its gpu-burn is cut to 60 s): one code path for acceptance and nightly burn-in.
     """
 
     def tests(nodes: Sequence[str]) -> Mapping[str, NodeResult]:
