@@ -63,6 +63,8 @@ class AlertLab:
     lab: str
     spec: Path
     controller: str  # hostname of the node running Prometheus and Alertmanager
+    #: The simulator's time_scale for the fault files (the day-2 lab's tools run at 0.02).
+    time_scale: float | None = None
 
     @property
     def prometheus(self) -> str:
@@ -83,7 +85,10 @@ class AlertLab:
     def inject(self, faults: Sequence[Mapping[str, Any]], workdir: Path) -> float:
         """Load ``faults`` (replacing every fault of the lab); returns when it was loaded."""
         path = workdir / f"faults-{time.monotonic_ns()}.yaml"
-        path.write_text(yaml.safe_dump({"version": 1, "faults": list(faults)}))
+        doc: dict[str, Any] = {"version": 1, "faults": list(faults)}
+        if self.time_scale is not None:
+            doc["time_scale"] = self.time_scale
+        path.write_text(yaml.safe_dump(doc))
         env = dict(os.environ, CONTAINERS_CONF=str(CONTAINERS_CONF))
         proc = subprocess.run(
             [GPUFORGE, "lab", "faults", "--lab", self.lab, str(path)],

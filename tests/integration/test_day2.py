@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
+from alerting import AlertLab, Scenario, fire_and_resolve, ib_port_down, rack_over_budget, xid79
 
 from gpuforge.lab import cluster
 from gpuforge.lab.paths import CONTAINERS_CONF
@@ -321,3 +322,42 @@ def test_operator_drain_is_untouched_throughout(
     row = sinfo()[OPERATOR_NODE]
     assert "drain" in row.state, row
     assert row.reason == OPERATOR_REASON, row
+
+
+# ---- monitoring (issue 18): the right alert at the webhook sink, resolved when cleared ----------
+
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+@pytest.fixture(scope="module")
+def alert_lab(lab: Path, env: dict[str, str]) -> AlertLab:
+    """Exporters, Prometheus and Alertmanager (with the lab's webhook sink) applied to the lab."""
+    proc = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "playbooks/monitoring.yml"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return AlertLab(LAB, SPEC, CONTROLLER, time_scale=0.02)
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        xid79(XID_NODE),
+        ib_port_down(LEAF_PAIR[1], rail=0, device="mlx5_0"),
+        # rack r002 holds hgpu03 and hgpu04; day2.yaml's budget is 12 kW per rack
+        rack_over_budget("r002", (XID_NODE, OPERATOR_NODE)),
+    ],
+    ids=lambda s: s.alert,
+)
+def test_alert_reaches_the_sink_and_resolves(
+    alert_lab: AlertLab, scenario: Scenario, tmp_path: Path
+) -> None:
+    """Active within a scrape and two evaluations, at the sink with labels and runbook, resolved."""
+    took = fire_and_resolve(alert_lab, scenario, tmp_path)
+    LOG.info("%s: %s", scenario.alert, {k: round(v) for k, v in took.items()})
