@@ -142,6 +142,8 @@ def run_tier(
     state = st.load(state_path)
     started = now()
     probe = Probe(config, runner, state, started, tier, proc_root=proc_root)
+    if tier == "passive":
+        probe.prefetch([name for name in TIERS[tier] if config.check(name).enabled])
     results = []
     for name, check in TIERS[tier].items():
         if not config.check(name).enabled:

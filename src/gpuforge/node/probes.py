@@ -11,8 +11,10 @@ A tool that is missing, hangs, fails or prints what its parser cannot read makes
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +43,15 @@ from gpuforge.validate.xid_catalogue import Action, lookup
 _T = TypeVar("_T")
 
 GPU_QUERY = ["nvidia-smi", f"--query-gpu={checks.GPU_QUERY}", "--format=csv"]
+XML = ["nvidia-smi", "-q", "-x"]
+NVLINK = ["nvidia-smi", "nvlink", "-s"]
+IBSTAT = ["ibstat"]
+DPKG = ["dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n"]
+#: ``systemctl is-active`` exits 3 when a unit is inactive: an answer, not a failure to run.
+SYSTEMCTL_OK = (0, 3, 4)
+#: Tools the passive tier starts at once (each check then reads its memo): the run takes about
+#: as long as its slowest tool instead of the sum of them.
+PREFETCH_WORKERS = 4
 KERNEL_LOG = (
     ["dmesg", "--time-format", "iso"],
     ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso-precise"],
@@ -149,7 +160,7 @@ class Probe:
 
     def xml(self) -> tuple[NvidiaSmiReport, str]:
         """``nvidia-smi -q -x``, parsed."""
-        out = self.output(["nvidia-smi", "-q", "-x"])
+        out = self.output(XML)
         return self._once("xml", lambda: nvidia_smi_xml.parse(out.stdout)), out.evidence()
 
     def kernel_log(self) -> str:
@@ -195,6 +206,36 @@ class Probe:
         """Where the kernel exposes ``rail``'s port counters."""
         root = self.config.sysfs_root
         return root / "class/infiniband" / rail.device / "ports" / str(rail.port) / "counters"
+
+    def prefetch(self, checks: Sequence[str]) -> None:
+        """Start the tools the enabled ``checks`` need, at once; their answers go to the memo.
+
+        Each check still asks for its tool and gets the memo (or the error it stored), so a
+        prefetch changes how long a run takes, never what it finds.
+        """
+        wanted = set(checks)
+        e = self.config.expect
+        jobs: list[Callable[[], object]] = []
+        if wanted & {"gpu.count", "gpu.model", "software.versions"}:
+            jobs.append(lambda: self.output(GPU_QUERY))
+        if wanted & {"gpu.xid", "fabric.flaps"}:
+            jobs.append(self.kernel_log)
+        if wanted & {"gpu.ecc_uncorrectable", "gpu.row_remap", "gpu.pcie_link", "gpu.throttle"}:
+            jobs.append(lambda: self.output(XML))
+        if "gpu.nvlink" in wanted and e.nvlink_links_per_gpu:
+            jobs.append(lambda: self.output(NVLINK))
+        if "fabric.port" in wanted and e.rails:
+            jobs.append(lambda: self.output(IBSTAT))
+        if "software.versions" in wanted and set(e.versions) - {"driver"}:
+            jobs.append(lambda: self.output(DPKG))
+        if "software.services" in wanted and e.services:
+            jobs.append(lambda: self.output(_systemctl(e.services), ok=SYSTEMCTL_OK))
+        if len(jobs) < 2:  # one job gains nothing from a thread
+            return
+        with ThreadPoolExecutor(max_workers=PREFETCH_WORKERS) as pool:
+            for future in [pool.submit(job) for job in jobs]:
+                with contextlib.suppress(UnavailableError):
+                    future.result()
 
     # --- kernel log deltas --------------------------------------------------------------------
 
@@ -409,7 +450,7 @@ def gpu_nvlink(p: Probe) -> Result:
         return skip("gpu.nvlink", "expect.nvlink_links_per_gpu not set (no NVLink declared)")
 
     def body() -> Result:
-        out = p.output(["nvidia-smi", "nvlink", "-s"])
+        out = p.output(NVLINK)
         status = p._once("nvlink", lambda: nvlink.parse(out.stdout))
         gpus = p.config.expect.gpus or len(status.gpus)
         outcome = checks.nvlink_all_up(status, gpus=gpus, links_per_gpu=links)
@@ -454,7 +495,7 @@ def fabric_port(p: Probe) -> Result:
         return skip("fabric.port", "no rail declared")
 
     def body() -> Result:
-        out = p.output(["ibstat"])
+        out = p.output(IBSTAT)
         report = p._once("ibstat", lambda: ibstat.parse(out.stdout))
         specs = [{"device": r.device, "rate_gbps": r.rate_gbps or 0} for r in rails]
         results = []
@@ -642,9 +683,7 @@ def software_versions(p: Probe) -> Result:
             measured["driver"] = ",".join(found) or None
             evidence.append(ev)
         if set(pins) - {"driver"}:
-            out = p.output(
-                ["dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n"]
-            )
+            out = p.output(DPKG)
             installed = _packages(out.stdout)
             evidence.append(out.evidence())
             for key in sorted(set(pins) - {"driver"}):
@@ -681,6 +720,10 @@ def _package_version(installed: Mapping[str, str], names: Sequence[str], pin: st
     return None
 
 
+def _systemctl(services: Sequence[str]) -> list[str]:
+    return ["systemctl", "is-active", *services]
+
+
 def software_services(p: Probe) -> Result:
     """Every declared service active (``systemctl is-active``)."""
     services = p.config.expect.services
@@ -689,7 +732,7 @@ def software_services(p: Probe) -> Result:
 
     def body() -> Result:
         # is-active exits 3 when a unit is inactive: an answer, not a failure to run.
-        out = p.output(["systemctl", "is-active", *services], ok=(0, 3, 4))
+        out = p.output(_systemctl(services), ok=SYSTEMCTL_OK)
         states = [s.strip() for s in out.stdout.splitlines() if s.strip()]
         if len(states) != len(services):
             raise UnavailableError(
