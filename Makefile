@@ -91,6 +91,7 @@ bench: setup ## Print measured performance figures
 	$(PY) bench/predict_bench.py
 	$(PY) bench/health_collector_bench.py
 	$(PY) bench/health_node_bench.py
+	$(PY) bench/monitoring_bench.py
 	$(PY) bench/conformance_bench.py
 
 .PHONY: deploy-phase
