@@ -9,6 +9,7 @@ import click
 
 from gpuforge.cli.common import echo_json, json_option
 from gpuforge.topology import Topology, load_cluster
+from gpuforge.topology.rules import compat_warnings
 from gpuforge.topology.summary import render_summary, summarize
 
 spec_argument = click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
@@ -24,7 +25,10 @@ def topology() -> None:
 @json_option
 def check(spec: Path, as_json: bool) -> None:
     """Validate SPEC, expand it and print a one-screen summary."""
-    data = summarize(load_cluster(spec))
+    cluster = load_cluster(spec)
+    data = summarize(cluster)
+    for warning in compat_warnings(cluster.spec):
+        click.echo(f"warning: {spec}: versions: {warning}", err=True)
     if as_json:
         echo_json(data)
     else:

@@ -96,7 +96,28 @@ def check_rules(topo: Topology, topology_plugin: str) -> list[Problem]:
             )
         )
     problems.extend(_gpu_models(topo))
+    problems.extend(_compatibility(topo))
     return problems
+
+
+def _compatibility(topo: Topology) -> list[Problem]:
+    """Pins the compatibility matrix forbids together (gpuforge.topology.compat)."""
+    from gpuforge.topology.compat import SPEC_FIELDS, judge, spec_pins  # noqa: PLC0415
+
+    return [
+        Problem(
+            f"versions.{c.other if c.other in SPEC_FIELDS else c.subject}",
+            c.message(),
+        )
+        for c in judge(spec_pins(topo.versions)).conflicts
+    ]
+
+
+def compat_warnings(topo: Topology) -> list[str]:
+    """Pairs of pins the compatibility matrix has no row for (a warning, not a refusal)."""
+    from gpuforge.topology.compat import judge, spec_pins  # noqa: PLC0415
+
+    return [u.message() for u in judge(spec_pins(topo.versions)).unknown]
 
 
 def _gpu_models(topo: Topology) -> list[Problem]:
