@@ -334,6 +334,25 @@ class Monitoring(_Spec):
         return value
 
 
+class Upgrade(_Spec):
+    """How many nodes a rolling upgrade takes out at once (docs/upgrades.md)."""
+
+    max_per_leaf: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Units (a node, or a whole multi-node NVLink domain) out at once under one "
+        "leaf switch; default: the whole leaf, so every leaf is entirely in service or entirely "
+        "out and a job that needs a full leaf block still finds one",
+    )
+    max_fraction: float = Field(
+        default=0.10,
+        gt=0.0,
+        le=1.0,
+        description="Share of each partition's GPUs out at once: 0.10 keeps >= 90% schedulable",
+    )
+
+
 class Topology(_Spec):
     """A whole cluster. See docs/topology.md."""
 
@@ -351,6 +370,7 @@ class Topology(_Spec):
     versions: Versions
     rollout: Rollout
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    upgrade: Upgrade = Field(default_factory=Upgrade)
 
     @field_validator("domain")
     @classmethod

@@ -1,0 +1,100 @@
+"""``gpuforge upgrade``: rolling upgrades of a live cluster (``plan``; ``run`` joins the group).
+
+``upgrade plan SPEC`` loads the spec with the new pins (an incompatible set is refused by the
+spec check, exit 2), reads what every GPU node has from the cluster's history store and prints
+the waves (docs/upgrades.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.errors import InputError
+from gpuforge.history.store import HistoryStore, history_path
+from gpuforge.topology import load_cluster
+from gpuforge.topology.rules import compat_warnings
+from gpuforge.upgrade.plan import (
+    Installed,
+    Limits,
+    UpgradePlan,
+    installed_from_history,
+    plan_upgrade,
+    render_text,
+)
+
+spec_argument = click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
+
+
+@click.group("upgrade")
+def upgrade() -> None:
+    """Move a live cluster to the versions pinned in its spec, wave by wave."""
+
+
+def limits_options(func: click.decorators.FC) -> click.decorators.FC:
+    """``--max-per-leaf`` and ``--max-fraction``, overriding the spec's ``upgrade:`` section."""
+    func = click.option(
+        "--max-fraction",
+        type=click.FloatRange(0.0, 1.0, min_open=True),
+        help="Share of the partition's GPUs out at once (default: spec upgrade.max_fraction).",
+    )(func)
+    return click.option(
+        "--max-per-leaf",
+        type=click.IntRange(1, 128),
+        help="Units out at once under one leaf switch (default: spec upgrade.max_per_leaf).",
+    )(func)
+
+
+def build_plan(
+    spec: Path,
+    state_dir: Path,
+    *,
+    max_per_leaf: int | None = None,
+    max_fraction: float | None = None,
+    installed: dict[str, Installed] | None = None,
+) -> UpgradePlan:
+    """Load ``spec`` and plan it against the history store under ``state_dir``.
+
+    ``installed`` replaces the store (a quick query, a test). A missing store is an error:
+    without it every node would be planned as unknown.
+    """
+    cluster = load_cluster(spec)
+    for warning in compat_warnings(cluster.spec):
+        click.echo(f"warning: {spec}: versions: {warning}", err=True)
+    if installed is None:
+        path = history_path(state_dir, cluster.name)
+        if not path.exists():
+            raise InputError(
+                f"{path}: no history store for cluster {cluster.name}: the plan needs the "
+                "nodes' records (run the collector, `gpuforge health serve`), or --state-dir"
+            )
+        with HistoryStore.open(path, create=False) as store:
+            installed = installed_from_history(store)
+    settings = cluster.spec.upgrade
+    limits = Limits(
+        max_per_leaf if max_per_leaf is not None else settings.max_per_leaf,
+        max_fraction if max_fraction is not None else settings.max_fraction,
+    )
+    return plan_upgrade(cluster, installed, limits)
+
+
+@upgrade.command("plan")
+@spec_argument
+@state_option
+@limits_options
+@json_option
+def plan_command(
+    spec: Path,
+    state_dir: Path,
+    max_per_leaf: int | None,
+    max_fraction: float | None,
+    as_json: bool,
+) -> None:
+    """Print the waves that move SPEC's GPU nodes to its pinned versions."""
+    result = build_plan(spec, state_dir, max_per_leaf=max_per_leaf, max_fraction=max_fraction)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo("\n".join(render_text(result)))
