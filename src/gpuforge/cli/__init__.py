@@ -15,6 +15,7 @@ from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topo
 from gpuforge.cli import fleet as fleet_cli
 from gpuforge.cli import health as health_cli
 from gpuforge.cli import remediate as remediate_cli
+from gpuforge.cli import upgrade as upgrade_cli
 from gpuforge.errors import GpuforgeError
 
 
@@ -63,3 +64,4 @@ main.add_command(fleet_cli.fleet)
 main.add_command(remediate_cli.remediate)
 main.add_command(remediate_cli.rma_group)
 main.add_command(conformance_cli.conformance)
+main.add_command(upgrade_cli.upgrade)
