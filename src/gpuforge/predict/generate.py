@@ -1,7 +1,8 @@
 """Synthetic fleet histories with known failure times (docs/predictive.md, "Generator").
 
-The model, per node (each node draws from its own generator seeded by ``(seed, index)``, so a
-node's history does not depend on how many nodes are generated or in what order):
+The model, per node (after the fleet-level draw of who degrades, spikes or sits in a facility
+event, each node draws from its own generator seeded by ``(seed, index)``: a node's series are the
+same whether it is generated alone, in a subset, or with the whole fleet, in any order):
 
 * healthy noise: per-GPU correctable ECC, PCIe replay and NVLink CRC counters and per-port IB
   symbol errors grow as Poisson processes at small rates (the ECC rate is log-normal across GPUs,
