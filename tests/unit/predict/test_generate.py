@@ -11,7 +11,9 @@ from gpuforge.predict.history import read_lines, write_history
 from gpuforge.predict.score import FleetFeatures, score, score_history
 from gpuforge.predict.signals import DAY_S, Window
 
-SPEC = FleetSpec(nodes=16, days=8, step_s=1800, seed=2, fail_fraction=0.5, spike_fraction=0.2)
+SPEC = FleetSpec(
+    nodes=16, days=8, step_s=3600, gpus=4, ports=2, seed=0, fail_fraction=0.5, spike_fraction=0.2
+)
 
 
 def test_failure_times_are_kept_apart_from_the_history() -> None:
