@@ -28,8 +28,13 @@ MAINTAINER = "gpuforge lab <lab@gpuforge.invalid>"
 DRIVER_VERSIONS = ("570.133.20", "570.124.06")
 NCCL_VERSIONS = ("2.26.2", "2.25.1")
 NCCL_CUDA = "12.8"
-CUDA_TOOLKIT = ("12-8", "12.8.1", "12.8.93")  # package suffix, version, nvcc release
-DCGM_VERSION = "1:4.2.3-1"
+# Two of each upgradable component, so an upgrade and its rollback run in the lab (issue 19):
+# the first is the lab spec's pin, the second the older release a rollback returns to.
+CUDA_TOOLKITS = (
+    ("12-8", "12.8.1", "12.8.93"),  # package suffix, version, nvcc release
+    ("12-8", "12.8.0", "12.8.61"),
+)
+DCGM_VERSIONS = ("1:4.2.3-1", "1:4.1.1-1")
 # NVIDIA's CUDA repository names the exporter's package datacenter-gpu-manager-exporter and
 # versions it <exporter release>-<DCGM version>-1 (the image tags read 4.2.3-4.1.3).
 DCGM_EXPORTER_VERSION = "4.1.3-4.2.3-1"
@@ -432,30 +437,11 @@ def nccl_packages(version: str) -> list[Package]:
     return [lib, dev]
 
 
-def tool_packages() -> list[Package]:
-    suffix, version, release = CUDA_TOOLKIT
-    dotted = suffix.replace("-", ".")
+def dcgm_packages(version: str) -> list[Package]:
     return [
         Package(
-            "nccl-tests",
-            NCCL_TESTS_VERSION,
-            "NVIDIA/nccl-tests performance tests (simulated *_perf binaries)",
-            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", "libnccl2 (>= 2.18)"],
-            {
-                f"/usr/bin/{coll}_perf": entry(f"{coll}_perf")
-                for coll in ("all_reduce", "all_gather", "alltoall", "sendrecv")
-            },
-        ),
-        Package(
-            "gpu-burn",
-            GPU_BURN_VERSION,
-            "wilicc/gpu-burn multi-GPU stress test (simulated)",
-            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)"],
-            {"/usr/bin/gpu_burn": entry("gpu_burn")},
-        ),
-        Package(
             "datacenter-gpu-manager-4-core",
-            DCGM_VERSION,
+            version,
             "NVIDIA Data Center GPU Manager 4 (simulated dcgmi and nv-hostengine)",
             [f"gpuforge-sim-common (>= {SIM_VERSION}-1)"],
             {
@@ -465,22 +451,18 @@ def tool_packages() -> list[Package]:
             },
         ),
         Package(
-            "datacenter-gpu-manager-exporter",
-            DCGM_EXPORTER_VERSION,
-            "NVIDIA DCGM exporter for Prometheus (simulated dcgm-exporter on :9400)",
-            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", "datacenter-gpu-manager-4-core"],
-            {
-                "/usr/bin/dcgm-exporter": entry("dcgm-exporter"),
-                "/etc/dcgm-exporter/default-counters.csv": (COUNTERS_CSV, 0o644),
-                "/lib/systemd/system/nvidia-dcgm-exporter.service": (DCGM_EXPORTER_UNIT, 0o644),
-            },
-        ),
-        Package(
             "datacenter-gpu-manager-4-cuda12",
-            DCGM_VERSION,
+            version,
             "NVIDIA Data Center GPU Manager 4, CUDA 12 diagnostics",
-            [f"datacenter-gpu-manager-4-core (= {DCGM_VERSION})"],
+            [f"datacenter-gpu-manager-4-core (= {version})"],
         ),
+    ]
+
+
+def cuda_packages(toolkit: tuple[str, str, str]) -> list[Package]:
+    suffix, version, release = toolkit
+    dotted = suffix.replace("-", ".")
+    return [
         Package(
             f"cuda-toolkit-{suffix}",
             f"{version}-1",
@@ -502,6 +484,39 @@ def tool_packages() -> list[Package]:
             scripts={
                 "postinst": CUDA_POSTINST.format(dotted=dotted, prio=suffix.replace("-", "")),
                 "prerm": CUDA_PRERM.format(dotted=dotted),
+            },
+        ),
+    ]
+
+
+def tool_packages() -> list[Package]:
+    return [
+        Package(
+            "nccl-tests",
+            NCCL_TESTS_VERSION,
+            "NVIDIA/nccl-tests performance tests (simulated *_perf binaries)",
+            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", "libnccl2 (>= 2.18)"],
+            {
+                f"/usr/bin/{coll}_perf": entry(f"{coll}_perf")
+                for coll in ("all_reduce", "all_gather", "alltoall", "sendrecv")
+            },
+        ),
+        Package(
+            "gpu-burn",
+            GPU_BURN_VERSION,
+            "wilicc/gpu-burn multi-GPU stress test (simulated)",
+            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)"],
+            {"/usr/bin/gpu_burn": entry("gpu_burn")},
+        ),
+        Package(
+            "datacenter-gpu-manager-exporter",
+            DCGM_EXPORTER_VERSION,
+            "NVIDIA DCGM exporter for Prometheus (simulated dcgm-exporter on :9400)",
+            [f"gpuforge-sim-common (>= {SIM_VERSION}-1)", "datacenter-gpu-manager-4-core"],
+            {
+                "/usr/bin/dcgm-exporter": entry("dcgm-exporter"),
+                "/etc/dcgm-exporter/default-counters.csv": (COUNTERS_CSV, 0o644),
+                "/lib/systemd/system/nvidia-dcgm-exporter.service": (DCGM_EXPORTER_UNIT, 0o644),
             },
         ),
         Package(
@@ -534,6 +549,10 @@ def all_packages() -> list[Package]:
         pkgs += driver_packages(v)
     for v in NCCL_VERSIONS:
         pkgs += nccl_packages(v)
+    for toolkit in CUDA_TOOLKITS:
+        pkgs += cuda_packages(toolkit)
+    for v in DCGM_VERSIONS:
+        pkgs += dcgm_packages(v)
     pkgs += tool_packages()
     return pkgs
 

@@ -44,7 +44,11 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]
         "libnccl2=2.25.1-1+cuda12.8",
         "libnccl-dev=2.26.2-1+cuda12.8",
         "cuda-toolkit-12-8=12.8.1-1",
+        "cuda-toolkit-12-8=12.8.0-1",
         "datacenter-gpu-manager-4-core=1:4.2.3-1",
+        "datacenter-gpu-manager-4-core=1:4.1.1-1",
+        "datacenter-gpu-manager-4-cuda12=1:4.1.1-1",
+        "nvidia-fabricmanager-570=570.124.06-1",
         "nccl-tests=2.13.13-1",
         "gpu-burn=0.0~git20240221-1",
         "infiniband-diags=44.0-2+gpuforgesim1",
@@ -54,6 +58,28 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]
 )
 def test_package_exists_at_pinned_version(trees: dict[str, dict[str, str]], pin: str) -> None:
     assert pin in trees
+
+
+def test_two_versions_of_every_upgradable_component(trees: dict[str, dict[str, str]]) -> None:
+    """An upgrade and its rollback (issue 19): each component the spec pins comes twice."""
+    for name in (
+        "nvidia-driver-cuda",
+        "nvidia-fabricmanager-570",
+        "libnccl2",
+        "cuda-toolkit-12-8",
+        "datacenter-gpu-manager-4-core",
+        "datacenter-gpu-manager-4-cuda12",
+    ):
+        assert len([p for p in trees if p.startswith(f"{name}=")]) == 2, name
+    # DCGM's diagnostics package follows its own core release exactly.
+    deps = trees["datacenter-gpu-manager-4-cuda12=1:4.1.1-1"]["Depends"]
+    assert "datacenter-gpu-manager-4-core (= 1:4.1.1-1)" in deps
+
+
+def test_older_cuda_reports_its_own_release(trees: dict[str, dict[str, str]]) -> None:
+    root = Path(trees["cuda-toolkit-12-8=12.8.0-1"]["_root"])
+    assert '"version" : "12.8.0"' in (root / "usr/local/cuda-12.8/version.json").read_text()
+    assert "V12.8.61" in (root / "usr/local/cuda-12.8/bin/nvcc").read_text()
 
 
 def test_every_package_says_it_is_simulated(trees: dict[str, dict[str, str]]) -> None:
