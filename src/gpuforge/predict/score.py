@@ -128,8 +128,8 @@ class Finding:
         return {
             "signal": self.signal,
             "subject": self.subject,
-            "strength": round(self.strength, 3),
-            "value": round(self.value, 3),
+            "strength": round(float(self.strength), 3),
+            "value": round(float(self.value), 3),
             "detail": self.detail,
         }
 
@@ -177,7 +177,7 @@ class NodeRisk:
         return {
             "node": self.node,
             "status": self.status,
-            "score": round(self.score, 4),
+            "score": round(float(self.score), 4),
             "signal": self.top_signal,
             "findings": [f.to_dict() for f in self.findings],
             "note": self.note,
@@ -297,7 +297,7 @@ def _noisy_or(strengths: Iterable[float]) -> float:
     keep = 1.0
     for s in strengths:
         keep *= 1.0 - min(max(s, 0.0), 0.99)
-    return 1.0 - keep
+    return float(1.0 - keep)
 
 
 def _peer_groups(nodes: Sequence[str], labels: Mapping[str, Mapping[str, str]]) -> list[str]:
