@@ -192,7 +192,7 @@ class Collector:
         if expected is None:
             return Answer(HTTPStatus.FORBIDDEN, {"error": f"{node} is not a GPU node of "
                                                           f"{self.fleet.name}"})  # fmt: skip
-        if peer != expected:
+        if peer.removeprefix("::ffff:") != expected:  # an IPv4 peer of a dual-stack socket
             log.warning("refused a record for %s from %s (its address is %s)", node, peer, expected)
             return Answer(
                 HTTPStatus.FORBIDDEN,

@@ -90,6 +90,15 @@ def test_a_forged_source_address_is_refused(served: tuple[str, Collector, FakeSl
     assert collector.store.latest() == {}
 
 
+def test_the_address_check_reads_ipv4_mapped_peers(
+    served: tuple[str, Collector, FakeSlurm],
+) -> None:
+    _, collector, _ = served
+    ok = collector.receive(json.dumps(record("gpu01")).encode(), "::ffff:127.0.0.1")
+    forged = collector.receive(json.dumps(record("gpu02")).encode(), "::ffff:127.0.0.1")
+    assert (ok.status, forged.status) == (200, 403)
+
+
 def test_an_unknown_node_is_refused(served: tuple[str, Collector, FakeSlurm]) -> None:
     url, _, _ = served
     status, body = post(url, json.dumps(record("gpu99")).encode())
