@@ -353,7 +353,13 @@ def _drain(
             )
 
     return act.drain_top(
-        report, admission, top, include_busy=include_busy, min_score=min_score, on_drained=record
+        report,
+        admission,
+        top,
+        include_busy=include_busy,
+        min_score=min_score,
+        on_drained=record,
+        known=set(fleet.nodes),
     )
 
 

@@ -20,7 +20,7 @@ drains are untouched and the circuit breaker decides.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,15 +82,21 @@ def drain_top(
     include_busy: bool = False,
     min_score: float = MIN_DRAIN_SCORE,
     on_drained: Callable[[DrainOutcome], None] | None = None,
+    known: Collection[str] | None = None,
 ) -> list[DrainOutcome]:
-    """Drain the top nodes per the module's policy; one outcome per candidate."""
+    """Drain the top nodes per the module's policy; one outcome per candidate.
+
+    ``known``: the cluster's nodes (the inventory); a candidate outside it is skipped, not asked
+    of Slurm (a history may hold nodes of another cluster).
+    """
     chosen = drain_candidates(report, top, min_score)
     if not chosen:
         return []
+    asked = [r.node for r in chosen if known is None or r.node in known]
     states = {
         s.name: s
-        for s in control.node_states(
-            admission.slurm, [r.node for r in chosen], timeout=admission.timeout
+        for s in (
+            control.node_states(admission.slurm, asked, timeout=admission.timeout) if asked else []
         )
     }
     out: list[DrainOutcome] = []
@@ -101,7 +107,7 @@ def drain_top(
         reason = predicted_reason(signal)
         state = states.get(risk.node)
         if state is None:
-            out.append(_outcome(risk, "skipped", reason, "not a Slurm node"))
+            out.append(_outcome(risk, "skipped", reason, "not a node of this cluster"))
         elif state.drained:
             who = state.reason or "(no reason)"
             out.append(_outcome(risk, "skipped", reason, f"already drained: {who}"))

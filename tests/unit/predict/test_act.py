@@ -126,3 +126,12 @@ def test_scorecard_judges_each_prediction_by_what_followed() -> None:
     assert card.precision() == 0.5
     assert card.precision("ecc_sbe_rate") == 1.0
     assert card.precision("row_remap") == 0.0
+
+
+def test_a_node_outside_the_cluster_is_skipped_not_asked_of_slurm(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    ranking = report(risk("gpu99", 0.9), risk("gpu01", 0.8))
+    out = drain_top(ranking, admission(fake, tmp_path), 2, known=set(fake.nodes))
+    assert [(o.node, o.action) for o in out] == [("gpu99", "skipped"), ("gpu01", "drain")]
+    assert all("gpu99" not in " ".join(c) for c in fake.calls)
