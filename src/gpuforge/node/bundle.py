@@ -1,15 +1,18 @@
 """Build ``gpuforge-node.pyz``: the node checker as one zipapp, run by the node's ``python3``.
 
 The archive holds exactly the modules the node needs (:data:`MODULES`, package-relative paths
-under ``src/gpuforge``) and the Xid catalogue's data file, read through the package loader so it
-works from inside the zip. Nodes need only Python 3.11 and PyYAML (Debian's python3-yaml): no
-pip, no network. ``python -m gpuforge.node.bundle OUT`` is what the health role runs on the
-controller; a unit test imports every module from the archive with ``python3 -I``.
+under ``src/gpuforge``), each with its hash-checked bytecode, and the Xid catalogue's data file,
+read through the package loader so it works from inside the zip. Nodes need only Python 3.11 and
+PyYAML (Debian's python3-yaml): no pip, no network. ``python -m gpuforge.node.bundle OUT`` is
+what the health role runs on the controller; a unit test imports every module from the archive
+with ``python3 -I``.
 """
 
 from __future__ import annotations
 
+import py_compile
 import sys
+import tempfile
 import zipapp
 import zipfile
 from pathlib import Path
@@ -52,6 +55,36 @@ def files() -> list[Path]:
     return out
 
 
+def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    # A fixed timestamp: the same sources give the same archive (the role's `copy` then reports
+    # no change).
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
+
+
+def _bytecode(source: bytes, name: str) -> bytes:
+    """``source`` compiled to a hash-checked .pyc (PEP 552).
+
+    zipimport cannot write bytecode, so without it every run would compile every module (a third
+    of a run's start-up CPU). The hash ties the .pyc to its source, not to a timestamp; a node
+    whose Python has another bytecode magic number ignores it and compiles the source.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "module.py"
+        src.write_bytes(source)
+        target = Path(tmp) / "module.pyc"
+        py_compile.compile(
+            str(src),
+            cfile=str(target),
+            dfile=name,
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
+        return target.read_bytes()
+
+
 def build(out: Path) -> Path:
     """Write ``out/gpuforge-node.pyz`` (``out`` may also be the archive's path) and return it."""
     target = out if out.suffix == ".pyz" else out / NAME
@@ -59,12 +92,11 @@ def build(out: Path) -> Path:
     tmp = target.with_name(f".{target.name}.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for rel in files():
-            # A fixed timestamp: the same sources give the same archive (the role's `copy`
-            # then reports no change).
-            info = zipfile.ZipInfo(f"gpuforge/{rel.as_posix()}", date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, (SRC / rel).read_bytes())
+            name = f"gpuforge/{rel.as_posix()}"
+            source = (SRC / rel).read_bytes()
+            _add(zf, name, source)
+            if rel.suffix == ".py":
+                _add(zf, name + "c", _bytecode(source, name))
         main = zipfile.ZipInfo("__main__.py", date_time=(2020, 1, 1, 0, 0, 0))
         main.compress_type = zipfile.ZIP_DEFLATED
         zf.writestr(main, _MAIN)
