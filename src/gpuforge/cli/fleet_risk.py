@@ -242,7 +242,11 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     if at is None:
         at = history.end if history_file and history.end is not None else time.time()
     if scorecard:
-        card = act.scorecard(history.events, now=at, horizon_s=horizon_s)
+        events = history.events
+        admitted = record_path(state_dir, name) if name else None
+        if admitted is not None and admitted.is_file():
+            events = act.merge_events(events, act.admission_events(AdmissionRecord(admitted)))
+        card = act.scorecard(events, now=at, horizon_s=horizon_s)
         _echo_scorecard(card, as_json)
         return
     report = score_history(history, Window(at, window_s), horizon_s=horizon_s)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuforge.admission import Admission, format_reason
+from gpuforge.admission import Admission, AdmissionRecord, format_reason
 from gpuforge.predict.history import Event, format_time
 from gpuforge.predict.score import PREDICTED_PREFIX, NodeRisk, RiskReport
 from gpuforge.slurm import control
@@ -266,3 +266,40 @@ def scorecard(events: Sequence[Event], *, now: float, horizon_s: float) -> Score
             out.append(Prediction(node, e.time, signal, outcome, evidence))
     out.sort(key=lambda p: (p.time, p.node))
     return Scorecard(tuple(out), horizon_s)
+
+
+def admission_events(record: AdmissionRecord) -> list[Event]:
+    """Drains and resumes the admission record holds, as history events.
+
+    Every automatic Slurm change goes through admission, so its record closes the loop even where
+    no history event was written: a predicted node that ``gpuforge validate --drain`` resumed is a
+    false alarm, one it quarantined a confirmed fault. Shadow decisions and refusals are left out.
+    """
+    out: list[Event] = []
+    for row in record.actions():
+        a = row.action
+        if a.action in ("drain", "resume") and a.changed and not a.shadow:
+            out.append(Event(row.at, a.node, a.action, detail=a.reason))
+    return out
+
+
+def merge_events(*sources: Sequence[Event], tolerance_s: float = 120.0) -> list[Event]:
+    """Events of several sources, time-ordered; one event seen by two sources counts once.
+
+    Two events are the same when node, kind and detail match and their times differ by at most
+    ``tolerance_s`` (the store and the admission record stamp one drain a moment apart).
+    """
+    merged: list[Event] = []
+    seen: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for index, source in enumerate(sources):
+        mine: list[tuple[tuple[str, str, str], float]] = []
+        for e in source:
+            key = (e.node, e.event, e.detail)
+            if index and any(abs(e.time - t) <= tolerance_s for t in seen[key]):
+                continue
+            merged.append(e)
+            mine.append((key, e.time))
+        for key, t in mine:
+            seen[key].append(t)
+    merged.sort(key=lambda e: e.time)
+    return merged

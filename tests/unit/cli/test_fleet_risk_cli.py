@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli import fleet_risk, main
 from gpuforge.history import history_path
 from gpuforge.history.store import HistoryStore
@@ -19,6 +20,7 @@ from gpuforge.predict.history import Event, SeriesKey, format_time, write_histor
 from gpuforge.predict.score import ECC_SBE, REMAP_CORRECTABLE
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.topology import load_cluster
+from gpuforge.validate.result import NodeVerdict, Verdict
 from tests.unit.conftest import LAB
 from tests.unit.history.records import T0, record
 from tests.unit.predict.builders import AT, fleet, ramp_from, set_series, times
@@ -172,3 +174,10 @@ def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
     card = CliRunner().invoke(main, [*args[:9], "--scorecard", "--json"])
     assert card.exit_code == 0, card.output
     assert json.loads(card.output)["counts"]["pending"] == 1
+    # the loop closes: validation passes the node and admission resumes it -> a false alarm
+    validate = Admission(SlurmClient(slurm), AdmissionRecord(record_path(state, "lab")), "validate")
+    validate.admit([NodeVerdict("gpu01", Verdict.ADMIT)])
+    assert slurm.nodes["gpu01"] == ("IDLE", "")
+    card = CliRunner().invoke(main, [*args[:9], "--scorecard", "--json"])
+    counts = json.loads(card.output)["counts"]
+    assert (counts["false_alarm"], counts["pending"]) == (1, 0), "one prediction, counted once"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, is_ours, parse_reason
-from gpuforge.predict.act import drain_top, predicted_reason, scorecard
+from gpuforge.predict.act import drain_top, merge_events, predicted_reason, scorecard
 from gpuforge.predict.history import Event
 from gpuforge.predict.score import Finding, NodeRisk, RiskReport
 from gpuforge.slurm.control import SlurmClient
@@ -135,3 +135,16 @@ def test_a_node_outside_the_cluster_is_skipped_not_asked_of_slurm(
     out = drain_top(ranking, admission(fake, tmp_path), 2, known=set(fake.nodes))
     assert [(o.node, o.action) for o in out] == [("gpu99", "skipped"), ("gpu01", "drain")]
     assert all("gpu99" not in " ".join(c) for c in fake.calls)
+
+
+def test_one_drain_seen_by_the_store_and_the_admission_record_counts_once() -> None:
+    reason = predicted_reason("ecc_sbe_rate")
+    store = [Event(100.0, "gpu01", "drain", detail=reason)]
+    admitted = [
+        Event(99.5, "gpu01", "drain", detail=reason),
+        Event(5000.0, "gpu01", "resume", detail="gpuforge: admitted"),
+    ]
+    merged = merge_events(store, admitted)
+    assert [(e.event, e.time) for e in merged] == [("drain", 100.0), ("resume", 5000.0)]
+    card = scorecard(merged, now=6000.0, horizon_s=7 * DAY)
+    assert [p.outcome for p in card.predictions] == ["false_alarm"]
