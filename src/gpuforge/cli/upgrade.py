@@ -1,8 +1,8 @@
 """``gpuforge upgrade``: rolling upgrades of a live cluster (``plan``; ``run`` joins the group).
 
 ``upgrade plan SPEC`` loads the spec with the new pins (an incompatible set is refused by the
-spec check, exit 2), reads what every GPU node has from the cluster's history store and prints
-the waves (docs/upgrades.md).
+spec check, exit 2), reads what every GPU node has from the cluster's history store (or, with
+``--inventory DIR``, asks the nodes over SSH) and prints the waves (docs/upgrades.md).
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ from pathlib import Path
 import click
 
 from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
 from gpuforge.history.store import HistoryStore, history_path
+from gpuforge.inventory.reader import ClusterView
+from gpuforge.ssh import SshTarget
 from gpuforge.topology import load_cluster
+from gpuforge.topology.cluster import compress
 from gpuforge.topology.rules import compat_warnings
 from gpuforge.upgrade.plan import (
     Installed,
@@ -24,6 +28,7 @@ from gpuforge.upgrade.plan import (
     plan_upgrade,
     render_text,
 )
+from gpuforge.upgrade.query import query_installed
 
 spec_argument = click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))
 
@@ -42,7 +47,7 @@ def limits_options(func: click.decorators.FC) -> click.decorators.FC:
     )(func)
     return click.option(
         "--max-per-leaf",
-        type=click.IntRange(1, 128),
+        type=click.IntRange(1, 100_000),
         help="Units out at once under one leaf switch (default: spec upgrade.max_per_leaf).",
     )(func)
 
@@ -80,20 +85,56 @@ def build_plan(
     return plan_upgrade(cluster, installed, limits)
 
 
+def query_inventory(inventory: Path, timeout: float) -> dict[str, Installed]:
+    """Ask every GPU node of the cluster directory ``inventory`` over SSH (docs/upgrades.md)."""
+    view = ClusterView.load(inventory)
+    meta = view.all_hostvars()
+    runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
+    found, silent = query_installed(runner, view.gpu_nodes, timeout=timeout)
+    if silent:
+        click.echo(
+            f"warning: no answer within {timeout:g}s from {compress(silent)} ({len(silent)}): "
+            "planned as unknown",
+            err=True,
+        )
+    return found
+
+
 @upgrade.command("plan")
 @spec_argument
 @state_option
+@click.option(
+    "--inventory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Ask the nodes of this cluster directory over SSH instead of reading the history store.",
+)
+@click.option(
+    "--query-timeout",
+    type=click.FloatRange(1.0, 600.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds each node may take to answer --inventory's query.",
+)
 @limits_options
 @json_option
-def plan_command(
+def plan_command(  # noqa: PLR0917 - click passes one parameter per option
     spec: Path,
     state_dir: Path,
+    inventory: Path | None,
+    query_timeout: float,
     max_per_leaf: int | None,
     max_fraction: float | None,
     as_json: bool,
 ) -> None:
     """Print the waves that move SPEC's GPU nodes to its pinned versions."""
-    result = build_plan(spec, state_dir, max_per_leaf=max_per_leaf, max_fraction=max_fraction)
+    installed = query_inventory(inventory, query_timeout) if inventory is not None else None
+    result = build_plan(
+        spec,
+        state_dir,
+        max_per_leaf=max_per_leaf,
+        max_fraction=max_fraction,
+        installed=installed,
+    )
     if as_json:
         echo_json(result.to_dict())
     else:

@@ -223,12 +223,14 @@ def _leaf(cluster: Cluster, node: Node) -> str:
     return node.rails[0].leaf
 
 
-def _changes(pins: Mapping[str, str], installed: Installed | None) -> tuple[Change, ...]:
+def _changes(
+    pins: Mapping[str, str], installed: Installed | None, *, nvswitch: bool
+) -> tuple[Change, ...]:
     out = []
     for component in ORDER:
         target = pins.get(component)
-        if target is None:
-            continue
+        if target is None or (component == "fabricmanager" and not nvswitch):
+            continue  # Fabric Manager runs only where NVSwitches are
         if installed is None:
             out.append(Change(component, None, target))
             continue
@@ -261,7 +263,7 @@ def plan_upgrade(  # noqa: PLR0912, PLR0915 - one pass over nodes, units and wav
     foreign: set[str] = set()
     for node in gpu_nodes:
         have = installed.get(node.hostname)
-        changes = _changes(pins, have)
+        changes = _changes(pins, have, nvswitch=kinds[node.node_type].nvswitch)
         if have is None:
             unknown.append(node.hostname)
         else:
