@@ -17,7 +17,7 @@ from typing import IO
 import click
 import hostlist
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
 from gpuforge.errors import InputError
@@ -336,8 +336,14 @@ def _drain(
         slurm_client(via, root),
         AdmissionRecord(record_path(state_dir, cluster)),
         source="predict",
-        breaker=DecisionPolicy(max_fraction=max_fraction).breaker(
-            {n: fleet.leaves.get(n, "") for n in fleet.nodes}
+        # the health collector's limits (DecisionPolicy), over every GPU node of the inventory;
+        # a node without a leaf counts towards the total only
+        breaker=BreakerPolicy(
+            population=len(fleet.nodes),
+            max_fraction=max_fraction,
+            max_per_group=DecisionPolicy().max_per_leaf,
+            groups=dict(fleet.leaves),
+            window_s=DecisionPolicy().window_s,
         ),
         shadow=shadow,
     )
