@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuforge.admission import ACTIONS, Admission, BreakerPolicy, parse_reason
@@ -114,10 +114,13 @@ class Decider:
         store: HistoryStore | None = None,
     ) -> None:
         self.policy = policy or DecisionPolicy()
-        self.admission = admission
-        self.admission.source = "health"
-        self.admission.shadow = self.policy.shadow
-        self.admission.breaker = self.policy.breaker(leaves or {})
+        # A copy: the caller's admission (conformance shares one) keeps its own source and breaker.
+        self.admission = replace(
+            admission,
+            source="health",
+            shadow=self.policy.shadow,
+            breaker=self.policy.breaker(leaves or {}),
+        )
         self.store = store
         self._lock = threading.Lock()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gpuforge.health.decide import DecisionPolicy
+from gpuforge.admission import Admission
+from gpuforge.health.decide import Decider, DecisionPolicy
 
 from ..history.records import record
 from .conftest import MakeDecider, fleet
@@ -169,3 +170,12 @@ def test_shadow_mode_decides_and_changes_nothing(make_decider: MakeDecider) -> N
     [d] = decider.decide([drain_request("n0001")])
     assert d.done == "shadow" and d.reason == "gpuforge:gpu.xid:reboot"
     assert slurm.updates() == []
+
+
+def test_the_callers_admission_keeps_its_source_and_breaker(make_decider: MakeDecider) -> None:
+    decider, _, _ = make_decider(fleet(10))
+    assert decider.admission.source == "health"
+    assert decider.admission.breaker is not None
+    theirs = Admission(decider.admission.slurm, decider.admission.record, source="conformance")
+    Decider(theirs, leaves=fleet(10))
+    assert (theirs.source, theirs.breaker) == ("conformance", None)
