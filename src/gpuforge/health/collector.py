@@ -78,8 +78,9 @@ class _Batcher(Generic[T, R]):
         self._thread.start()
 
     def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=30)
 
     def depth(self) -> int:
         return self._queue.qsize()
@@ -168,7 +169,8 @@ class Collector:
         self._stop.set()
         self._writer.stop()
         self._decider.stop()
-        self._ticker.join(timeout=30)
+        if self._ticker.is_alive():
+            self._ticker.join(timeout=30)
 
     def _store(self, items: list[tuple[dict[str, Any], str]]) -> list[int]:
         records = [r for r, _ in items]
