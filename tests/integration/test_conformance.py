@@ -8,7 +8,8 @@ simulator's ``missing_peermem`` (a kernel module gone) on cgpu03 — and cgpu04 
 sleep job. ``gpuforge conformance run`` (one job array in the hidden partition, records through
 an in-process collector on the lab gateway) must report exactly those items on exactly those
 nodes, skip cgpu04 without touching its job, and after the roles are re-applied the second run's
-report must show every item fixed. ``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run.
+report must show every item fixed. ``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run,
+``GPUFORGE_REUSE_LAB=1`` uses an admitted d2conf lab as it is (no lab up, no deploy).
 """
 
 from __future__ import annotations
@@ -78,10 +79,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str]) -> Iterator[Path]:
     """The admitted d2conf lab with the node checker installed; yields its inventory."""
+    inventory = cluster.state_dir(LAB) / "inventory"
+    if os.environ.get("GPUFORGE_REUSE_LAB"):  # an admitted d2conf lab from an earlier run
+        install_checker(inventory)
+        yield inventory
+        return
     try:
         up = gpuforge(env, "lab", "up", str(SPEC), timeout=1200)
         assert up.returncode == 0, up.stdout + up.stderr
-        inventory = cluster.state_dir(LAB) / "inventory"
         done = gpuforge(
             env, "deploy", "--phase", "1", "--level", "quick", str(SPEC),
             "--inventory", str(inventory), timeout=3600,
