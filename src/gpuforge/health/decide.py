@@ -152,16 +152,24 @@ class Decider:
         verdicts = [v for _, v in drains] + [v for _, v in admitted]
         todo = [t for t, _ in drains] + [t for t, _ in admitted]
         if verdicts:
-            # Several records of one node in a batch: the newest request is the one acted on.
-            last = {t.node: j for j, t in enumerate(todo)}
+            # Several records of one node in a batch: the last one received is acted on.
+            last: dict[str, int] = {}
+            for j, t in enumerate(todo):
+                if t.node not in last or t.index > todo[last[t.node]].index:
+                    last[t.node] = j
             keep = sorted(last.values())
             actions = self.admission.admit(
                 [verdicts[j] for j in keep],
                 actions={todo[j].node: todo[j].action for j in keep if todo[j].action},
             )
             by_node = {a.node: a for a in actions}
-            for t in todo:
-                out[t.index] = _from_action(t, by_node[t.node])
+            for j, t in enumerate(todo):
+                out[t.index] = (
+                    _from_action(t, by_node[t.node])
+                    if last[t.node] == j
+                    else Decision(t.node, "drain" if t.action else "resume", "none",
+                                  detail="superseded by a later record of the node")
+                )  # fmt: skip
         decisions = [d for d in out if d is not None]  # every index was decided above
         self._record(decisions)
         return decisions

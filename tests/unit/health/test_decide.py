@@ -179,3 +179,15 @@ def test_the_callers_admission_keeps_its_source_and_breaker(make_decider: MakeDe
     theirs = Admission(decider.admission.slurm, decider.admission.record, source="conformance")
     Decider(theirs, leaves=fleet(10))
     assert (theirs.source, theirs.breaker) == ("conformance", None)
+
+
+def test_the_last_record_of_a_node_in_a_batch_is_acted_on(make_decider: MakeDecider) -> None:
+    decider, slurm, _ = make_decider(
+        fleet(200), drained={"n0001": "gpuforge:fabric.counters:quarantine"}
+    )
+    first, second = decider.decide(
+        [resume_request("n0001", "fabric.counters"), drain_request("n0001", "gpu.xid", "reboot")]
+    )
+    assert first.done == "none" and "superseded" in first.detail
+    assert second.done == "drained"
+    assert slurm.nodes["n0001"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
