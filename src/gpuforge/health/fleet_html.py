@@ -40,6 +40,8 @@ STATES: Mapping[str, str] = {
     "stale": "#7f8c8d",
     NO_RECORD: "#d5d8dc",
 }
+#: Legend text where the state's name alone would mislead (a drained node's verdict is fail).
+_LEGEND = {"drained": "drained by gpuforge", NO_RECORD: "no record"}
 #: A rack at or above this share of its budget is listed among the hottest racks.
 POWER_WARN_RATIO = 0.9
 #: Racks listed by name in the power section (the rest are in the heat map's colours).
@@ -215,7 +217,8 @@ def render_heatmap(
     }
     by_state = Counter(c.state for c in cells)
     legend = "".join(
-        f'<span><i class="sw" style="background:{color}"></i>{html.escape(s)} {by_state[s]}</span>'
+        f'<span><i class="sw" style="background:{color}"></i>'
+        f"{html.escape(_LEGEND.get(s, s))} {by_state[s]}</span>"
         for s, color in STATES.items()
     )
     # JSON inside <script>: "</" must not close the element early.
