@@ -11,7 +11,18 @@ import click
 
 from gpuforge import __version__
 from gpuforge.cli import conformance as conformance_cli
-from gpuforge.cli import deploy, inventory, lab, parse, paths, plan, slurm, topology, validate
+from gpuforge.cli import (
+    deploy,
+    inventory,
+    lab,
+    parse,
+    paths,
+    plan,
+    slurm,
+    topology,
+    upgrade_run,
+    validate,
+)
 from gpuforge.cli import fleet as fleet_cli
 from gpuforge.cli import health as health_cli
 from gpuforge.cli import remediate as remediate_cli
@@ -65,3 +76,4 @@ main.add_command(remediate_cli.remediate)
 main.add_command(remediate_cli.rma_group)
 main.add_command(conformance_cli.conformance)
 main.add_command(upgrade_cli.upgrade)
+upgrade_cli.upgrade.add_command(upgrade_run.run_command)
