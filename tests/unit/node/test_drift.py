@@ -249,3 +249,16 @@ def test_live_system_reads_files_and_sysctls_under_a_root(tmp_path: Path) -> Non
 
 def test_slurm_hostlist_expansion_keeps_zero_padding() -> None:
     assert drift._expand("gpu[01-03,07],cpu1") == {"gpu01", "gpu02", "gpu03", "gpu07", "cpu1"}
+
+
+def test_held_packages_are_installed() -> None:
+    out = (
+        "libnccl2\t2.26.2-1+cuda12.8\thi \n"  # installed and held: how the roles leave pins
+        "libnccl-dev\t2.26.2-1+cuda12.8\tii \n"
+        "nvidia-driver\t570.133.20-1\trc \n"  # removed, config files left
+        "gone\t\tun \n"
+    )
+    assert drift.parse_dpkg(out) == {
+        "libnccl2": "2.26.2-1+cuda12.8",
+        "libnccl-dev": "2.26.2-1+cuda12.8",
+    }
