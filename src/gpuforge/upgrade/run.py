@@ -396,16 +396,16 @@ def run_upgrade(
 
 
 def _waves(plan: UpgradePlan, in_flight: Sequence[str]) -> list[tuple[str, ...]]:
-    """The plan's waves; nodes a killed run left in flight join the first one."""
+    """The plan's waves; nodes a killed run left in flight first, as a wave of their own.
+
+    They are out of service already (one wave of the killed run, so within the limits); joining
+    them to the plan's first wave could take more nodes out at once than the limits allow.
+    """
     waves = [tuple(w.nodes) for w in plan.waves]
-    planned = {n for w in waves for n in w}
-    extra = tuple(h for h in in_flight if h not in planned)
-    if not extra:
+    if waves and set(in_flight) <= set(waves[0]):
         return waves
-    if not waves:
-        return [extra]
-    first = tuple(h for h in in_flight if h not in waves[0])
-    return [waves[0] + first, *([tuple(n for n in w if n not in first) for w in waves[1:]])]
+    first = tuple(in_flight)
+    return [first, *[tuple(n for n in w if n not in first) for w in waves]]
 
 
 def _run(  # noqa: PLR0917 - the engine's collaborators
