@@ -27,6 +27,7 @@ from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import Cluster
+from gpuforge.upgrade.run import render_progress, upgrade_progress
 from gpuforge.validate import pipeline
 
 spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -203,6 +204,7 @@ def status(spec: Path, state_dir: Path, as_json: bool) -> None:
     ]
     held_by = holder(lock)
     runs = [_run_row(r, held_by) for r in store.runs()[-RECENT_RUNS:]]
+    upgrades = upgrade_progress(store)
     if as_json:
         echo_json(
             {
@@ -212,6 +214,7 @@ def status(spec: Path, state_dir: Path, as_json: bool) -> None:
                 "runs": runs,
                 "quarantined": quarantined,
                 "overrides": store.overrides(),
+                "upgrades": upgrades,
             }
         )
         return
@@ -240,6 +243,12 @@ def status(spec: Path, state_dir: Path, as_json: bool) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    for upgrade in upgrades[:RECENT_UPGRADES]:
+        shown = dict(upgrade)
+        if shown["status"] == "running" and not held_by:  # its process was killed (SIGKILL)
+            shown["status"] = "interrupted (its process died; run it again to resume)"
+        style = {"finished": "green", "running": "yellow"}.get(shown["status"], "red")
+        console.print(f"[{style}]{render_progress(shown)}[/]", highlight=False, soft_wrap=True)
     for q in quarantined:
         console.print(
             f"[red]{q['state']}[/] {q['hostname']} (phase {q['phase']}): {q['reason']}",
@@ -250,6 +259,8 @@ def status(spec: Path, state_dir: Path, as_json: bool) -> None:
 
 RECENT_RUNS = 10
 """Runs that ``status`` lists, newest last."""
+RECENT_UPGRADES = 3
+"""Upgrades that ``status`` lists, newest first."""
 
 
 def _run_row(run: RunRecord, held_by: str | None) -> dict[str, Any]:

@@ -352,6 +352,28 @@ class UpgradeRecord:
         return out
 
 
+def upgrade_progress(store: StateStore) -> list[dict[str, Any]]:
+    """:meth:`UpgradeRecord.summary` of ``store``, or [] when no upgrade ever ran there."""
+    with store.transaction() as db:
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'upgrades'"
+        ).fetchone()
+    return UpgradeRecord(store).summary() if found else []
+
+
+def render_progress(upgrade: Mapping[str, Any]) -> str:
+    """One line for ``gpuforge status``: the upgrade, its pins, its nodes per step, its waves."""
+    pins = ", ".join(f"{k} {v}" for k, v in sorted(upgrade["pins"].items()))
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(upgrade["counts"].items())) or "no node yet"
+    waves = upgrade["waves"]
+    passed = sum(1 for w in waves if w["passed"])
+    line = (
+        f"upgrade {upgrade['id']} ({pins}): {upgrade['status']}; nodes: {counts}; "
+        f"waves: {passed} passed of {len(waves)} started"
+    )
+    return line + (f": {upgrade['detail']}" if upgrade["detail"] else "")
+
+
 def run_upgrade(
     store: StateStore,
     steps: UpgradeSteps,

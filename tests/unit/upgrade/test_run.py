@@ -295,3 +295,30 @@ def test_one_operator_at_a_time(lab: Cluster, store: StateStore, tmp_path: Path)
 def test_unknown_policy_is_bad_input(lab: Cluster, store: StateStore, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--on-deadline"):
         _run(store, FakeNodes([]), _request(lab, _plan(lab), policy="kill"), tmp_path)
+
+
+def test_status_shows_the_upgrade(lab: Cluster, tmp_path: Path) -> None:
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from gpuforge.cli import main  # noqa: PLC0415
+
+    store = open_store(tmp_path / lab.name / "rollout.db")
+    fake = FakeNodes([n.hostname for n in lab.gpu_nodes], fail_validate={"gpu04"})
+    run_upgrade(
+        store,
+        fake,
+        _request(lab, _plan(lab)),
+        lock_path=tmp_path / lab.name / "rollout.lock",
+        sleep=lambda _s: None,
+    )
+    result = CliRunner().invoke(main, ["status", str(LAB), "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    uid = upgrade_id(_plan(lab).pins)
+    assert f"upgrade {uid}" in text and "failed" in text
+    assert "done 3, quarantined 1" in text and "waves: 1 passed of 2 started" in text
+    as_json = CliRunner().invoke(main, ["status", str(LAB), "--state-dir", str(tmp_path), "--json"])
+    import json  # noqa: PLC0415
+
+    upgrades = json.loads(as_json.output)["upgrades"]
+    assert upgrades[0]["id"] == uid and upgrades[0]["counts"] == {"done": 3, "quarantined": 1}
