@@ -112,6 +112,15 @@ conformance: setup ## Nightly conformance now: one Slurm job array over the idle
 	$(BIN)/gpuforge conformance run --level $(CONFORMANCE_LEVEL) \
 	  $(if $(INVENTORY),--inventory $(INVENTORY),$(if $(wildcard .lab/$(CLUSTER)/inventory),--inventory .lab/$(CLUSTER)/inventory,$(CLUSTER))) $(CONFORMANCE_ARGS)
 
+.PHONY: upgrade
+# Rolling upgrade to SPEC's pins (docs/upgrades.md); a lab's inventory and ansible.cfg are
+# .lab/<CLUSTER>/ (CLUSTER=d2upg when SPEC is a copy under another file name).
+UPGRADE_LEVEL ?= quick
+upgrade: setup ## Move a live cluster to SPEC's pins wave by wave (CLUSTER=, INVENTORY=, UPGRADE_LEVEL=, UPGRADE_ARGS=)
+	$(if $(wildcard .lab/$(CLUSTER)/ansible.cfg),ANSIBLE_CONFIG=$(CURDIR)/.lab/$(CLUSTER)/ansible.cfg) \
+	  $(BIN)/gpuforge upgrade run --level $(UPGRADE_LEVEL) $(SPEC) \
+	  $(if $(INVENTORY),--inventory $(INVENTORY),$(if $(wildcard .lab/$(CLUSTER)/inventory),--inventory .lab/$(CLUSTER)/inventory)) $(UPGRADE_ARGS)
+
 .PHONY: lab-image
 lab-image: setup system-deps ## Build the lab node image and the signed lab mirror (cached)
 	$(BIN)/gpuforge lab image
