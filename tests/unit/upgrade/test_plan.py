@@ -250,3 +250,14 @@ def test_spec_upgrade_section_sets_the_limits(tmp_path: Path) -> None:
     plan = plan_upgrade(cluster, _all(cluster, OLD))
     assert [len(w.steps) for w in plan.waves] == [4, 4]
     assert render_text(plan)[2].startswith("limits    4 unit(s) per leaf, 50% of partition gpu")
+
+
+def test_fabric_manager_only_where_nvswitches_are(tmp_path: Path) -> None:
+    data: Any = yaml.safe_load(Path(LAB).read_text(encoding="utf-8"))
+    data["node_types"]["h100-sxm"]["nvswitch"] = False
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cluster = load_cluster(spec)
+    no_fm = {k: v for k, v in OLD.items() if k != "fabricmanager"}
+    plan = plan_upgrade(cluster, _all(cluster, no_fm))
+    assert {c.component for s in plan.steps for c in s.changes} == {"nvidia_driver", "nccl"}
