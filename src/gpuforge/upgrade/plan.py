@@ -291,24 +291,21 @@ def plan_upgrade(  # noqa: PLR0912, PLR0915 - one pass over nodes, units and wav
         )
 
     # Units: a node, or the changing nodes of one multi-node NVLink domain together.
-    units: OrderedDict[tuple[int, str], list[NodeStep]] = OrderedDict()
-    phase_of_unit: dict[tuple[int, str], int] = {}
+    by_phase: dict[int, OrderedDict[str, list[NodeStep]]] = {}
     for node, step in steps:
-        key = (node.phase, f"nvl{node.nvlink_block}" if node.nvlink_block else node.hostname)
-        units.setdefault(key, []).append(step)
-        phase_of_unit.setdefault(key, node.phase)
+        unit = f"nvl{node.nvlink_block}" if node.nvlink_block else node.hostname
+        by_phase.setdefault(node.phase, OrderedDict()).setdefault(unit, []).append(step)
 
     waves: list[Wave] = []
     too_big = False
-    for phase in sorted({p for p, _ in units}):
+    for phase in sorted(by_phase):
         # Per leaf, its units in cluster order, and the GPUs they hold.
         queues: OrderedDict[str, deque[list[NodeStep]]] = OrderedDict()
         pending: dict[str, int] = {}
-        for key, members in units.items():
-            if key[0] == phase:
-                leaf = members[0].leaf
-                queues.setdefault(leaf, deque()).append(members)
-                pending[leaf] = pending.get(leaf, 0) + sum(s.gpus for s in members)
+        for members in by_phase[phase].values():
+            leaf = members[0].leaf
+            queues.setdefault(leaf, deque()).append(members)
+            pending[leaf] = pending.get(leaf, 0) + sum(s.gpus for s in members)
         while queues:
             taken: list[NodeStep] = []
             gpus = 0
