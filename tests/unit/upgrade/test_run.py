@@ -322,3 +322,38 @@ def test_status_shows_the_upgrade(lab: Cluster, tmp_path: Path) -> None:
 
     upgrades = json.loads(as_json.output)["upgrades"]
     assert upgrades[0]["id"] == uid and upgrades[0]["counts"] == {"done": 3, "quarantined": 1}
+
+
+def test_node_failed_halfway_recovered_by_rerun_and_rollback_moves_back(
+    lab: Cluster, store: StateStore, tmp_path: Path
+) -> None:
+    fake = FakeNodes([n.hostname for n in lab.gpu_nodes], fail_validate={"gpu01"})
+    first = _run(store, fake, _request(lab, _plan(lab)), tmp_path)
+    assert first.status == "failed"
+    assert fake.reasons == {"gpu01": "gpuforge:software.versions:quarantine"}
+    # The repair is the re-run: gpu01 still reports a mismatch, so the plan has it again; its
+    # quarantine drain is gpuforge's, so the upgrade's drain replaces it and the node comes back.
+    fake.fail_validate.clear()
+    fake.upgraded.clear()
+    again = _run(store, fake, _request(lab, _plan(lab, done={"gpu02"})), tmp_path)
+    assert again.passed and again.upgrade == first.upgrade
+    assert "gpu01" in fake.upgraded and fake.reasons == {}
+    assert store.node("gpu01").state is NodeState.ADMITTED
+    # Rollback: the previous pins are another upgrade, run the same way.
+    back = _plan(lab, fraction=0.25)
+    old_pins = UpgradePlan(
+        back.cluster,
+        {**back.pins, "nvidia_driver": "570.124.06", "nccl": "2.25.1"},
+        back.limits,
+        back.partition,
+        back.partition_gpus,
+        back.waves,
+        back.up_to_date,
+        back.unknown,
+    )
+    fake.upgraded.clear()
+    rollback = _run(store, fake, _request(lab, old_pins), tmp_path)
+    assert rollback.passed and rollback.upgrade != first.upgrade
+    assert fake.upgraded == set(fake.hosts)
+    ids = [u["id"] for u in UpgradeRecord(store).summary()]
+    assert set(ids) == {first.upgrade, rollback.upgrade}
