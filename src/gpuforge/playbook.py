@@ -73,7 +73,8 @@ def strategy_settings() -> tuple[str, dict[str, str]]:
     return wanted, {"ANSIBLE_STRATEGY": wanted, "ANSIBLE_STRATEGY_PLUGINS": str(plugins)}
 
 
-def _message(event_data: Mapping[str, Any]) -> str:
+def message(event_data: Mapping[str, Any]) -> str:
+    """One line saying why a task failed or a host was unreachable."""
     res = event_data.get("res") or {}
     if not isinstance(res, Mapping):
         return str(res)[:500]
@@ -125,9 +126,9 @@ def run_playbook(
         host = data.get("host")
         kind = event.get("event")
         if host and kind == "runner_on_failed" and not data.get("ignore_errors"):
-            failed.setdefault(host, _message(data))
+            failed.setdefault(host, message(data))
         elif host and kind == "runner_on_unreachable":
-            unreachable.setdefault(host, _message(data))
+            unreachable.setdefault(host, message(data))
         elif host and kind == "runner_on_ok":
             res = data.get("res") or {}
             if isinstance(res, Mapping) and "ansible_facts" in res:
@@ -172,7 +173,7 @@ def run_playbook(
         raise Interrupted(
             f"interrupted by {signal.Signals(received[0]).name} during {playbook_path.name}"
         )
-    hosts = _host_stats(run.stats or {}, (*failed, *unreachable))
+    hosts = host_stats(run.stats or {}, (*failed, *unreachable))
     if not hosts and run.status != "successful":
         raise OperationError(
             f"{playbook_path.name} stopped before reaching any host ({run.status}, rc {run.rc}):"
@@ -260,7 +261,7 @@ def _guard_env(private: Path, play_record: Path | None) -> dict[str, str]:
     return env
 
 
-def _host_stats(stats: Mapping[str, Any], reported: tuple[str, ...]) -> dict[str, HostStats]:
+def host_stats(stats: Mapping[str, Any], reported: tuple[str, ...]) -> dict[str, HostStats]:
     """Per-host counters from ansible-runner's stats; hosts that only reported an error too."""
     hosts: dict[str, HostStats] = {}
     for key, attr in (

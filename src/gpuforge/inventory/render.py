@@ -125,13 +125,19 @@ def host_vars(node: Node) -> dict[str, Any]:
 
 def hosts_yml(cluster: Cluster) -> str:
     """The text of ``hosts.yml``: JSON (which is YAML), one host or group per line."""
+    return hosts_yml_text({n.hostname: host_vars(n) for n in cluster.nodes}, groups(cluster))
+
+
+def hosts_yml_text(
+    hostvars: Mapping[str, Mapping[str, Any]], group_members: Mapping[str, list[str]]
+) -> str:
+    """``hosts.yml`` of these hosts and groups (a cluster's, or a shard's subset of them)."""
     dump = json.dumps
     lines = []
-    for node in cluster.nodes:
-        data = host_vars(node)
-        lines.append(f"    {dump(node.hostname)}: {dump(data, sort_keys=True)}")
+    for hostname, data in hostvars.items():
+        lines.append(f"    {dump(hostname)}: {dump(dict(data), sort_keys=True)}")
     children = []
-    for name, members in groups(cluster).items():
+    for name, members in group_members.items():
         group = {"hosts": dict.fromkeys(ansible_ranges(members))} if members else {}
         children.append(f"    {dump(name)}: {dump(group)}")
     return (
