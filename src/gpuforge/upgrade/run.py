@@ -481,12 +481,19 @@ def _wave(  # noqa: PLR0912, PLR0917, PLR0915 - one wave, step by step
 
     # 1 drain (never an operator's node; never a down one)
     states = steps.node_states(list(nodes))
+    # gpuforge's own drains this upgrade may replace: its own, and those of the nodes it left in
+    # flight or quarantined (a re-run recovers them). Any other gpuforge drain (a health check's
+    # reboot, an RMA, a new node not admitted yet) is for its own process to lift.
+    mine = {h for h, st in record.steps(uid).items() if st in (*IN_FLIGHT, "quarantined")}
+    own = upgrade_reason(uid)
     for host in nodes:
         state = states.get(host)
         if state is None:
             skipped[host] = "not known to Slurm"
         elif state.drained and not is_ours(state.reason):
             skipped[host] = f"drained by someone else ({state.reason or 'no reason'}): not touched"
+        elif state.drained and state.reason != own and host not in mine:
+            skipped[host] = f"drained by gpuforge for {state.reason}: not touched, repair it first"
         elif state.state in ("DOWN", "FAIL") or "NOT_RESPONDING" in state.flags:
             skipped[host] = f"{state.state_text} in Slurm: not upgraded"
     todo = [h for h in nodes if h not in skipped]

@@ -357,3 +357,15 @@ def test_node_failed_halfway_recovered_by_rerun_and_rollback_moves_back(
     assert fake.upgraded == set(fake.hosts)
     ids = [u["id"] for u in UpgradeRecord(store).summary()]
     assert set(ids) == {first.upgrade, rollback.upgrade}
+
+
+def test_other_gpuforge_drains_are_left_to_their_process(
+    lab: Cluster, store: StateStore, tmp_path: Path
+) -> None:
+    fake = FakeNodes([n.hostname for n in lab.gpu_nodes])
+    fake.reasons["gpu02"] = "gpuforge:gpu.xid:reboot"  # the health collector's
+    outcome = _run(store, fake, _request(lab, _plan(lab)), tmp_path)
+    assert outcome.passed
+    assert fake.reasons == {"gpu02": "gpuforge:gpu.xid:reboot"}
+    assert "gpu02" not in fake.upgraded
+    assert "repair it first" in outcome.waves[0].skipped["gpu02"]
