@@ -93,6 +93,7 @@ bench: setup ## Print measured performance figures
 	$(PY) bench/health_node_bench.py
 	$(PY) bench/monitoring_bench.py
 	$(PY) bench/conformance_bench.py
+	$(PY) bench/site_play_bench.py
 
 .PHONY: deploy-phase
 # With a lab spec (lab.yaml, lab-roce.yaml: named as their file), deploy-phase first brings that
