@@ -163,15 +163,18 @@ def stream_shard(  # noqa: PLR0915  # one pipeline: start, transmit, process, co
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
     run.status = str(processor.status) if run.status == "unstarted" else run.status
     rc_file = artifact_dir / "rc"
     if rc_file.is_file():
         run.rc = int(rc_file.read_text().strip() or 0)
-    if run.lost and not run.explanation:
+    if run.lost:
         tail = stderr_path.read_text(errors="replace").strip().splitlines()
-        run.explanation = f"worker on {host.name} lost (exit {proc.returncode})" + (
-            f": {tail[-1][:300]}" if tail else ""
-        )
+        why = run.explanation or (tail[-1][:300] if tail else "no output")
+        run.explanation = f"worker on {host.name} lost (exit {proc.returncode}): {why}"
     artifacts.prune(artifact_dir)
     run.artifact_bytes = artifacts.measure(artifact_dir)
     return run
