@@ -17,10 +17,11 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from gpuforge.errors import InputError
 
@@ -141,3 +142,72 @@ def preflight(hosts: Sequence[ExecutionHost], timeout_s: float = PREFLIGHT_TIMEO
             problems.append(f"{host.name}: {', '.join(wrong)}")
     if problems:
         raise InputError("execution hosts not usable: " + "; ".join(problems))
+
+
+#: The site inventory layer's group of execution hosts (``site/hosts.yml``).
+EXECUTION_GROUP = "gpuforge_execution_hosts"
+#: ``local`` or ``local:N`` (N local workers), ``off`` (one ansible-playbook, no shards).
+MODE_ENV = "GPUFORGE_EXECUTION"
+#: Most hosts in one shard (default: one shard per SU).
+SHARD_HOSTS_ENV = "GPUFORGE_SHARD_HOSTS"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionPlan:
+    """Where a rollout's plays run: these hosts, shards of at most ``max_hosts`` (or per SU)."""
+
+    hosts: tuple[ExecutionHost, ...]
+    max_hosts: int | None = None
+
+
+def from_inventory(listing: Mapping[str, Any]) -> list[ExecutionHost]:
+    """The execution hosts an ``ansible-inventory --list`` names in :data:`EXECUTION_GROUP`.
+
+    Per host: ``ansible_host`` (else the name), ``ansible_user``, ``ansible_port``,
+    ``gpuforge_runner_venv``, ``gpuforge_execution_slots`` and ``gpuforge_execution_ssh_args``.
+    """
+    names = (listing.get(EXECUTION_GROUP) or {}).get("hosts") or []
+    hostvars = (listing.get("_meta") or {}).get("hostvars") or {}
+    out = []
+    for name in names:
+        hv = hostvars.get(name) or {}
+        dest = str(hv.get("ansible_host") or name)
+        if hv.get("ansible_user"):
+            dest = f"{hv['ansible_user']}@{dest}"
+        args = [str(a) for a in hv.get("gpuforge_execution_ssh_args") or []]
+        if hv.get("ansible_port"):
+            args += ["-p", str(hv["ansible_port"])]
+        try:
+            slots = int(hv.get("gpuforge_execution_slots", 1))
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{EXECUTION_GROUP}: {name}: gpuforge_execution_slots "
+                f"{hv.get('gpuforge_execution_slots')!r} is not a whole number"
+            ) from None
+        venv = str(hv.get("gpuforge_runner_venv") or DEFAULT_VENV)
+        out.append(ExecutionHost(name, dest, venv=venv, slots=max(1, slots), ssh_args=tuple(args)))
+    return out
+
+
+def plan(listing: Mapping[str, Any], environ: Mapping[str, str]) -> ExecutionPlan | None:
+    """The execution plan of a rollout, or None for one plain ``ansible-playbook`` run.
+
+    Execution hosts in the inventory win; else ``GPUFORGE_EXECUTION=local[:N]`` asks for N
+    (default 2) local workers; ``GPUFORGE_EXECUTION=off`` turns sharding off altogether.
+    """
+    mode = environ.get(MODE_ENV, "").strip()
+    raw_size = environ.get(SHARD_HOSTS_ENV, "").strip()
+    if raw_size and not raw_size.isdigit():
+        raise InputError(f"{SHARD_HOSTS_ENV}={raw_size!r}: not a whole number")
+    size = int(raw_size) if raw_size else None
+    if mode == "off":
+        return None
+    listed = from_inventory(listing)
+    if listed:
+        return ExecutionPlan(tuple(listed), size)
+    if not mode:
+        return None
+    kind, _, count = mode.partition(":")
+    if kind != "local" or (count and not count.isdigit()):
+        raise InputError(f"{MODE_ENV}={mode!r}: use local, local:N or off")
+    return ExecutionPlan(tuple(local_hosts(int(count or 2))), size)

@@ -11,6 +11,9 @@ from pathlib import Path
 from gpuforge import reach
 from gpuforge.admission import Admission
 from gpuforge.errors import InputError
+from gpuforge.execution import run_sharded
+from gpuforge.execution.executors import ExecutionPlan
+from gpuforge.execution.executors import plan as execution_plan
 from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
@@ -79,6 +82,17 @@ class AnsibleSteps:
     #: ``GPUFORGE_PLAY_TIMEOUT_S`` replaces it with one number.
     play_timeout: PlayTimeout = field(default_factory=PlayTimeout.from_env)
 
+    #: Where plays run (:mod:`gpuforge.execution`); None: read from the inventory and
+    #: ``GPUFORGE_EXECUTION`` on the first play (still None: one plain ansible-playbook run).
+    execution: ExecutionPlan | None = None
+    _execution_read: bool = False
+
+    def _plan(self) -> ExecutionPlan | None:
+        if self.execution is None and not self._execution_read:
+            self._execution_read = True
+            self.execution = execution_plan(list_inventory(self.inventory), os.environ)
+        return self.execution
+
     def _play(
         self,
         name: str,
@@ -88,6 +102,23 @@ class AnsibleSteps:
         per_round_s: int,
         env: dict[str, str] | None = None,
     ) -> RunResult:
+        plan = self._plan()
+        if plan is not None:
+            # Shards on execution hosts, one merged result; the record is shards.json.
+            sharded = run_sharded(
+                playbook,
+                self.inventory,
+                hosts,
+                plan.hosts,
+                artifact_dir=self.artifacts / name,
+                max_hosts=plan.max_hosts,
+                env=env,
+                forks=self.play_timeout.forks,
+                timeout_s=self.play_timeout.for_batch(len(hosts), per_round_s),
+                on_event=self.on_event,
+            ).as_run_result()
+            self.runs[name] = sharded
+            return sharded
         result = run_playbook(
             playbook,
             InventoryDir.open(self.inventory).sources,

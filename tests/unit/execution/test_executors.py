@@ -64,3 +64,66 @@ def test_ssh_host_runs_the_worker_through_ssh_in_batch_mode() -> None:
 def test_local_worker_runs_under_the_play_guard() -> None:
     argv = executors.LOCAL.worker_command()
     assert argv[:3] == [sys.executable, "-m", "gpuforge.playguard"]
+
+
+def _listing(**hostvars: dict[str, object]) -> dict[str, object]:
+    return {
+        executors.EXECUTION_GROUP: {"hosts": list(hostvars)},
+        "_meta": {"hostvars": hostvars},
+    }
+
+
+def test_execution_hosts_come_from_the_site_inventory_group() -> None:
+    listing = _listing(
+        ex1={"ansible_host": "10.0.0.5", "ansible_user": "root", "ansible_port": 2222},
+        ex2={"gpuforge_execution_slots": 4, "gpuforge_runner_venv": "/srv/r"},
+    )
+    ex1, ex2 = executors.from_inventory(listing)
+    assert (ex1.ssh, ex1.ssh_args, ex1.venv, ex1.slots) == (
+        "root@10.0.0.5",
+        ("-p", "2222"),
+        executors.DEFAULT_VENV,
+        1,
+    )
+    assert (ex2.ssh, ex2.venv, ex2.slots) == ("ex2", "/srv/r", 4)
+
+
+def test_bad_slots_name_the_host() -> None:
+    with pytest.raises(InputError, match="ex1: gpuforge_execution_slots 'many'"):
+        executors.from_inventory(_listing(ex1={"gpuforge_execution_slots": "many"}))
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),
+        ({"GPUFORGE_EXECUTION": "off"}, None),
+        ({"GPUFORGE_EXECUTION": "local"}, (2, None)),
+        ({"GPUFORGE_EXECUTION": "local:3", "GPUFORGE_SHARD_HOSTS": "50"}, (3, 50)),
+    ],
+)
+def test_plan_without_execution_hosts(
+    environ: dict[str, str], expected: tuple[int, int | None] | None
+) -> None:
+    got = executors.plan({}, environ)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert (got.hosts[0].slots, got.max_hosts) == expected
+        assert got.hosts[0].is_local
+
+
+def test_plan_prefers_the_inventory_execution_hosts() -> None:
+    got = executors.plan(_listing(ex1={}), {"GPUFORGE_EXECUTION": "local"})
+    assert got is not None
+    assert [h.name for h in got.hosts] == ["ex1"]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [{"GPUFORGE_EXECUTION": "remote"}, {"GPUFORGE_SHARD_HOSTS": "x"}],
+)
+def test_plan_refuses_bad_settings(environ: dict[str, str]) -> None:
+    with pytest.raises(InputError):
+        executors.plan({}, environ)
