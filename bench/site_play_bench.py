@@ -84,6 +84,9 @@ def _child(mode: str) -> None:
         ) and not (event.get("event_data") or {}).get("res", {}).get("results"):
             host_tasks += 1
 
+    if mode.startswith("workers"):
+        _child_sharded(int(mode.removeprefix("workers")), count)
+        return
     env: dict[str, str] = {}
     forks = 16
     if mode == "stock":
@@ -116,6 +119,57 @@ def _child(mode: str) -> None:
         "hosts": len(result.hosts),
         "changed": sum(s.changed for s in result.hosts.values()),
         "failed": sorted(result.failed) + sorted(result.unreachable),
+    }
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+def _child_sharded(workers: int, count: Any) -> None:
+    """In the subprocess: the site play on the GPU nodes, one shard per SU, ``workers`` at once.
+
+    Through the scale-out executor (:func:`gpuforge.execution.run_sharded`) with local workers:
+    the same ansible-runner transmit / worker / process path an execution host runs.
+    """
+    import tempfile  # noqa: PLC0415 - only this mode needs them
+
+    from gpuforge.execution import (  # noqa: PLC0415
+        local_hosts,
+        run_sharded,
+        shards,
+    )
+    from gpuforge.inventory.reader import read_generated_hosts  # noqa: PLC0415
+    from gpuforge.lab import cluster  # noqa: PLC0415
+
+    inv = cluster.inventory_dir(LAB)
+    generated = read_generated_hosts(inv)
+    infra = set(shards.infra_hosts(generated))
+    gpu = sorted(h for h in shards.su_of(generated) if h not in infra)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="site-play-bench-") as tmp:
+        result = run_sharded(
+            "site.yml",
+            inv,
+            gpu,
+            local_hosts(workers),
+            artifact_dir=Path(tmp),
+            on_event=count,
+            timeout_s=TIMEOUT_S,
+        )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    out = {
+        "mode": f"workers{workers}",
+        "strategy": result.strategy,
+        "status": result.status,
+        "wall_s": wall,
+        "cpu_s": cpu + me.ru_utime + me.ru_stime,
+        "host_tasks": 0,
+        "hosts": len(result.hosts),
+        "changed": sum(s.changed for s in result.hosts.values()),
+        "failed": sorted(result.failed) + sorted(result.unreachable),
+        "shards": len({a.shard for a in result.attempts}),
     }
     sys.stdout.write(json.dumps(out) + "\n")
 
@@ -156,7 +210,9 @@ def model(cpu_per_host_task: float, tasks_per_host: float, floor_s: float) -> di
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", choices=("stock", "gpuforge", "converge"))
+    parser.add_argument(
+        "--child", choices=("stock", "gpuforge", "converge", "workers1", "workers2")
+    )
     parser.add_argument("--converge", action="store_true", help="converge the lab once first")
     args = parser.parse_args()
     if args.child:
@@ -206,7 +262,28 @@ def main() -> int:
     )
     for k, minutes in prediction.items():
         _say(f"  K={k:2}  {minutes:7.1f} min{'  (goal <= 60)' if k == 32 else ''}")
+    if os.environ.get("SHARDED", "1") != "0":
+        _sharded()
     return 0
+
+
+def _sharded() -> None:
+    """One execution slot vs two on the GPU nodes (one shard per SU), interleaved."""
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(REPEAT):
+        for workers, done in walls.items():
+            r = _run(f"workers{workers}")
+            _say(
+                f"  workers={workers} {r['hosts']} GPU nodes in {r['shards']} shards"
+                f" {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s CPU changed={r['changed']}"
+                f" load {r['load']:.0f}"
+            )
+            done.append(r["wall_s"])
+    one, two = (statistics.median(walls[w]) for w in (1, 2))
+    _say(
+        f"\nSite play on the GPU nodes through ansible-runner streaming (local workers), median of"
+        f" {REPEAT}:\n  1 execution slot {one:.1f} s, 2 slots {two:.1f} s: {one / two:.2f}x"
+    )
 
 
 if __name__ == "__main__":
