@@ -141,7 +141,6 @@ def collector(
                 GPUFORGE,
                 "health",
                 "serve",
-                LAB,
                 "--inventory",
                 str(lab),
                 "--listen",

@@ -19,6 +19,8 @@ _PREFIXES = (
     re.compile(r"^>\s?"),  # quoted (Markdown blockquote)
     re.compile(r"^\w+\s*:\s*\w+\s*:\s*(?P<ts>\d{4}-\d\d-\d\dT[\d:.,]+(?:[+-]\d\d:?\d\d|Z)?)\s+"),
     re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT[\d:.,]+(?:[+-]\d\d:?\d\d|Z)?)\s+\S+\s+kernel:\s*"),
+    # plain `dmesg --time-format iso` (no -x): "2025-08-17T06:18:01,123456+00:00 NVRM: ..."
+    re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT[\d:.,]+(?:[+-]\d\d:?\d\d|Z))\s+"),
     re.compile(r"^(?P<ts>[A-Z][a-z]{2}\s+\d+\s+\d\d:\d\d:\d\d)\s+\S+\s+kernel:\s*"),
     re.compile(r"^kernel:\s*"),
     re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s*"),

@@ -169,3 +169,15 @@ def test_not_a_kernel_log_is_refused() -> None:
     with pytest.raises(ParseError, match="no kernel-log line") as caught:
         xid.parse(real_text("kernel/superbench-a100-80gb-8gpu-gpu_burn.txt"))
     assert caught.value.line == 1
+
+
+def test_plain_dmesg_iso_lines_keep_their_time() -> None:
+    # `dmesg --time-format iso` without -x: the health checker's cursor and the history's event
+    # times need it (a None time made the collector refuse the whole record)
+    text = (
+        "2026-11-30T20:25:52,447999+00:00 NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', "
+        "name=<unknown>, GPU has fallen off the bus.\n"
+    )
+    (event,) = xid.parse(text).xids
+    assert event.timestamp == "2026-11-30T20:25:52,447999+00:00"
+    assert (event.xid, event.pci) == (79, "0000:3a:00")
