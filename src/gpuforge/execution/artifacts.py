@@ -79,3 +79,38 @@ def prune(artifact_dir: Path) -> None:
 def measure(root: Path) -> int:
     """Bytes of the files under ``root``."""
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def enforce(artifact_dir: Path, budget: int) -> bool:
+    """Slim changed events, largest first, until ``artifact_dir`` holds ``budget`` bytes at most.
+
+    A slimmed event keeps its host, task and ``changed``, and the first 200 characters of its
+    message; failed and unreachable events and the stats are never touched (they are what a
+    person reads after a failed run). Returns whether anything was slimmed.
+    """
+    total = measure(artifact_dir)
+    if total <= budget:
+        return False
+    events = artifact_dir / "job_events"
+    changed = []
+    for path in events.glob("*.json") if events.is_dir() else []:
+        try:
+            event = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if event.get("event") in _CHANGED_EVENTS:
+            changed.append((path.stat().st_size, path, event))
+    slimmed = False
+    for size, path, event in sorted(changed, key=lambda c: c[0], reverse=True):
+        if total <= budget:
+            break
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        msg = str(res.get("msg", "")) if isinstance(res, Mapping) else ""
+        data["res"] = {"changed": True, "msg": msg[:200], "gpuforge_slimmed": True}
+        event.pop("stdout", None)
+        text = json.dumps(event)
+        path.write_text(text)
+        total -= size - len(text.encode())
+        slimmed = True
+    return slimmed

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import InputError, Interrupted
-from gpuforge.execution import shards
+from gpuforge.execution import artifacts, shards
 from gpuforge.execution.executors import ExecutionHost, local_hosts, preflight
 from gpuforge.execution.stream import Event, ShardRun, build_project, stream_shard
 from gpuforge.inventory.reader import InventoryDir, read_generated_hosts
@@ -53,6 +53,7 @@ class Attempt:
     seconds: float
     artifact_bytes: int
     explanation: str = ""
+    slimmed: bool = False
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ def run_sharded(
     forks: int = 16,
     timeout_s: int = 3600,
     on_event: Callable[[Event], None] | None = None,
+    bytes_per_host: int | None = None,
 ) -> ShardedResult:
     """Run ``playbook`` on ``hosts`` of the cluster ``inventory``.
 
@@ -109,6 +111,8 @@ def run_sharded(
     ``executors`` default to :data:`DEFAULT_LOCAL_WORKERS` local workers. They are checked
     first (:func:`~gpuforge.execution.executors.preflight`): a bad entry raises InputError
     before any node is touched. ``max_hosts`` cuts each SU's shard to that many hosts.
+    ``bytes_per_host`` bounds the artifacts kept per host and attempt (default:
+    ``GPUFORGE_ARTIFACT_BYTES_PER_HOST``, else 50 kB).
     """
     inv = inventory if isinstance(inventory, InventoryDir) else InventoryDir.open(inventory)
     pool = list(executors or local_hosts(DEFAULT_LOCAL_WORKERS))
@@ -155,6 +159,7 @@ def run_sharded(
             timeout_s=timeout_s,
             on_event=on_event,
             result=result,
+            bytes_per_host=bytes_per_host or artifacts.bytes_per_host_budget(),
         )
         for wave in waves:
             job.run_wave(wave, pool)
@@ -185,6 +190,7 @@ class _Job:
     timeout_s: int
     on_event: Callable[[Event], None] | None
     result: ShardedResult
+    bytes_per_host: int
     lock: threading.Condition = field(default_factory=threading.Condition)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -270,6 +276,7 @@ class _Job:
             forks=self.forks,
             timeout_s=self.timeout_s,
             on_event=self._event,
+            artifact_budget=self.bytes_per_host * len(shard.hosts),
             started=register,
         )
         self.result.attempts.append(
@@ -284,6 +291,7 @@ class _Job:
                 seconds=round(time.monotonic() - started, 1),
                 artifact_bytes=run.artifact_bytes,
                 explanation=run.explanation,
+                slimmed=run.slimmed,
             )
         )
         shutil.rmtree(private, ignore_errors=True)

@@ -41,6 +41,8 @@ class ShardRun:
     done: set[str] = field(default_factory=set)
     explanation: str = ""
     artifact_bytes: int = 0
+    #: Whether changed events were slimmed to keep the attempt within its artifact budget.
+    slimmed: bool = False
 
     @property
     def lost(self) -> bool:
@@ -87,12 +89,14 @@ def stream_shard(  # noqa: PLR0915  # one pipeline: start, transmit, process, co
     forks: int = 16,
     timeout_s: int = 3600,
     on_event: Callable[[Event], None] | None = None,
+    artifact_budget: int | None = None,
     started: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> ShardRun:
     """Stream the job in ``private`` (``project/`` and the inventory paths, relative to it).
 
     ``inventory`` paths are relative to ``private``; ``playbook`` to ``private/project``.
     Events go to ``on_event`` as they arrive; only what :mod:`.artifacts` keeps is written.
+    ``artifact_budget`` bounds the bytes kept (:func:`.artifacts.enforce`).
     ``started`` is told the worker process (to stop it on Ctrl-C).
     """
     run = ShardRun(executor=host.name, status="unstarted", rc=None)
@@ -176,6 +180,8 @@ def stream_shard(  # noqa: PLR0915  # one pipeline: start, transmit, process, co
         why = run.explanation or (tail[-1][:300] if tail else "no output")
         run.explanation = f"worker on {host.name} lost (exit {proc.returncode}): {why}"
     artifacts.prune(artifact_dir)
+    if artifact_budget is not None:
+        run.slimmed = artifacts.enforce(artifact_dir, artifact_budget)
     run.artifact_bytes = artifacts.measure(artifact_dir)
     return run
 

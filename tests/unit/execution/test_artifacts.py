@@ -51,3 +51,26 @@ def test_budget_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert artifacts.bytes_per_host_budget() == 1234
     monkeypatch.delenv("GPUFORGE_ARTIFACT_BYTES_PER_HOST")
     assert artifacts.bytes_per_host_budget() == artifacts.DEFAULT_BYTES_PER_HOST
+
+
+def test_enforce_slims_changed_events_but_never_failures(tmp_path: Path) -> None:
+    events = tmp_path / "job_events"
+    events.mkdir()
+    big = "x" * 20_000
+    (events / "1-a.json").write_text(json.dumps(_event("runner_on_ok", changed=True, stdout=big)))
+    (events / "2-b.json").write_text(json.dumps(_event("runner_on_failed", msg="m", stdout=big)))
+    assert artifacts.enforce(tmp_path, budget=25_000) is True
+    slim = json.loads((events / "1-a.json").read_text())
+    assert slim["event_data"]["res"]["gpuforge_slimmed"] is True
+    assert slim["event_data"]["host"] == "n1"
+    assert json.loads((events / "2-b.json").read_text())["event_data"]["res"]["stdout"] == big
+    assert artifacts.measure(tmp_path) <= 25_000
+
+
+def test_enforce_leaves_a_run_within_budget_alone(tmp_path: Path) -> None:
+    events = tmp_path / "job_events"
+    events.mkdir()
+    text = json.dumps(_event("runner_on_ok", changed=True, stdout="y" * 100))
+    (events / "1-a.json").write_text(text)
+    assert artifacts.enforce(tmp_path, budget=10_000) is False
+    assert (events / "1-a.json").read_text() == text
