@@ -6,7 +6,8 @@ role (wheelhouse built here, installed offline there) and get the lab's SSH key,
 known hosts at the paths the lab's ansible.cfg names. Then ``run_sharded`` runs ``site.yml``:
 the controller first, then one shard per SU on each execution host; xlog01's container is
 killed as soon as the GPU shards report their first results. Set GPUFORGE_KEEP_LAB=1 to leave
-the lab up.
+the lab up, GPUFORGE_REUSE_LAB=1 to run on a d2exec lab that is already up (a fresh one: the
+tests expect nodes no play has touched).
 """
 
 from __future__ import annotations
@@ -40,13 +41,16 @@ LOST = "xlog01"
 GPUS = ("xgpu01", "xgpu02", "xgpu03", "xgpu04")
 LOG = logging.getLogger(__name__)
 
-SITE_EXECUTION = f"""\
+SITE_EXECUTION = """\
 all:
   children:
-    {EXECUTION_GROUP}:
+    {group}:
+      vars:
+        ansible_user: root
+        gpuforge_execution_ssh_args: [-F, {ssh_config}]
       hosts:
-        xctl01: {{ansible_user: root}}
-        xlog01: {{ansible_user: root}}
+        xctl01: {{}}
+        xlog01: {{}}
 """
 
 LAB_SSH_PLAY = """\
@@ -54,6 +58,13 @@ LAB_SSH_PLAY = """\
   hosts: {group}
   gather_facts: false
   tasks:
+    - name: Create the lab's directories
+      ansible.builtin.file:
+        path: "{{{{ item }}}}"
+        state: directory
+        mode: "0700"
+      loop: {dirs}
+
     - name: Copy the lab's SSH key, config and known hosts to the same paths
       ansible.builtin.copy:
         src: "{{{{ item }}}}"
@@ -68,25 +79,31 @@ def lab() -> Iterator[Path]:
     """The d2exec lab with xctl01 and xlog01 set up as execution hosts; yields the cluster dir."""
     os.environ.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
     cfg = cluster.state_dir(LAB) / "ansible.cfg"
-    cluster.down(LAB)
+    reuse = bool(os.environ.get("GPUFORGE_REUSE_LAB")) and cfg.is_file()
+    if not reuse:
+        cluster.down(LAB)
     old_cfg = os.environ.get("ANSIBLE_CONFIG")
     try:
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / "gpuforge"), "lab", "up", str(SPEC)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if not reuse:
+            proc = subprocess.run(
+                [str(Path(sys.executable).parent / "gpuforge"), "lab", "up", str(SPEC)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         os.environ["ANSIBLE_CONFIG"] = str(cfg)
         inv = cluster.inventory_dir(LAB)
-        (inv.site / "execution.yml").write_text(SITE_EXECUTION)
         sdir = cluster.state_dir(LAB)
+        (inv.site / "execution.yml").write_text(
+            SITE_EXECUTION.format(group=EXECUTION_GROUP, ssh_config=sdir / "ssh_config")
+        )
         files = [str(p) for p in (sdir / "ssh_config", sdir / "known_hosts")]
         files += [str(p) for p in (sdir / "ssh").iterdir()]
         play = sdir / "lab_ssh.yml"
-        play.write_text(LAB_SSH_PLAY.format(group=EXECUTION_GROUP, files=files))
+        dirs = sorted({str(Path(f).parent) for f in files})
+        play.write_text(LAB_SSH_PLAY.format(group=EXECUTION_GROUP, files=files, dirs=dirs))
         for playbook in (play, "execution_hosts.yml"):
             result = run_playbook(
                 playbook, inv.sources, limit=",".join(EXECUTION_HOSTS), timeout_s=1200
