@@ -40,10 +40,12 @@ GATEWAY = "10.217.51.1"
 PORT = 9479
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 ROOT = Path(__file__).resolve().parents[2]
+SIM_SYSFS = "/var/lib/gpuforge-sim/sys"
 
 #: What each node must report, and nothing else.
 INJECTED = {
-    "cgpu01": {("package", "libnccl2"), ("file", "/etc/nccl.conf")},
+    # wrong_nccl moves both NCCL packages, as a real downgrade of the pair would
+    "cgpu01": {("package", "libnccl2"), ("package", "libnccl-dev"), ("file", "/etc/nccl.conf")},
     "cgpu02": {("file", "/etc/sysctl.d/90-gpuforge.conf"), ("service", "nvidia-dcgm")},
     "cgpu03": {("module", "nvidia_peermem")},
 }
@@ -99,8 +101,9 @@ def lab(env: dict[str, str]) -> Iterator[Path]:
             cluster.down(LAB)
 
 
-def install_checker(inventory: Path) -> None:
-    """What the health role does for the checker: the zipapp and a health.yaml per node."""
+def install_checker(inventory: Path, checks: dict[str, Any] | None = None) -> None:
+    """What the health role does for the checker: the zipapp and a health.yaml per node
+    (``sysfs_root`` the simulator's tree, as the lab's site layer gives node_exporter)."""
     pyz = bundle.build(Path(os.environ.get("TMPDIR", "/tmp")) / "d2conf-node")
     topology = json.loads((inventory / "generated" / "topology.json").read_text())
     nodes = {n["hostname"]: n for n in topology["nodes"]}
@@ -111,6 +114,8 @@ def install_checker(inventory: Path) -> None:
             "version": 1,
             "node": node,
             "collector": {"url": f"http://{GATEWAY}:{PORT}", "timeout_s": 2},
+            "sysfs_root": SIM_SYSFS,
+            "checks": checks or {},
             "expect": {
                 "gpus": 8,
                 "gpu_model": "H100-SXM-80GB",
