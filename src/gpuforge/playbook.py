@@ -8,6 +8,8 @@ right after an ansible-core upgrade that Mitogen does not support yet.
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import os
 import re
 import shlex
@@ -156,6 +158,9 @@ def run_playbook(
             timeout=timeout_s,
             rotate_artifacts=0,
             cancel_callback=cancel,
+            # ansible-runner points the jsonfile fact cache into this run's artifacts unless told
+            # otherwise (an absolute path): smart gathering then gathered again on every run.
+            fact_cache=str(fact_cache_dir(run_env)),
         )
     except BaseException:
         # Ctrl-C or an error in a handler: ansible-runner leaves its play running.
@@ -212,6 +217,24 @@ def _run_env(
         run_env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(work_dir() / "build" / "facts")
     run_env.update(_guard_env(private, play_record))
     return strategy, run_env
+
+
+def fact_cache_dir(run_env: Mapping[str, str]) -> Path:
+    """The jsonfile fact cache a play keeps between runs (``fact_caching_connection``).
+
+    From the play's environment, else the ``ansible.cfg`` in effect (a relative path is relative
+    to that file), else ``build/facts`` of the work directory.
+    """
+    if run_env.get("ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        return Path(run_env["ANSIBLE_CACHE_PLUGIN_CONNECTION"]).resolve()
+    cfg = Path(run_env.get("ANSIBLE_CONFIG", str(project_path("ansible.cfg"))))
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    with contextlib.suppress(configparser.Error):
+        parser.read(cfg)
+    configured = parser.get("defaults", "fact_caching_connection", fallback="")
+    if configured:
+        return (cfg.parent / Path(configured).expanduser()).resolve()
+    return work_dir() / "build" / "facts"
 
 
 def _signals_cancel(received: list[int]) -> tuple[Callable[[], bool], Callable[[], None]]:

@@ -22,6 +22,7 @@ with open(os.environ["SPY_OUT"], "w") as out:
         "record_written": bool(record) and os.path.exists(record),
         "deprecations": os.environ.get("ANSIBLE_DEPRECATION_WARNINGS"),
         "timeout": os.environ.get("ANSIBLE_TIMEOUT"),
+        "fact_cache": os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION"),
         "pgid_is_guard": os.getpgrp() == os.getppid(),
     }, out)
 """
@@ -65,3 +66,16 @@ def test_a_relative_play_record_is_written_where_the_caller_meant(
     record = Path("state/lab/rollout.play")
     run_playbook("site.yml", Path("hosts.yml"), play_record=record, timeout_s=60)
     assert json.loads(spy.read_text())["record_written"] is True
+
+
+def test_the_fact_cache_outlives_the_run(
+    tmp_path: Path, spy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ansible.cfg's fact cache, not ansible-runner's per-run one in the artifacts."""
+    cfg = tmp_path / "lab" / "ansible.cfg"
+    cfg.parent.mkdir()
+    cfg.write_text("[defaults]\ngathering = smart\nfact_caching_connection = facts\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    run_playbook("site.yml", tmp_path / "hosts.yml", timeout_s=60)
+    assert json.loads(spy.read_text())["fact_cache"] == str((tmp_path / "lab" / "facts").resolve())
