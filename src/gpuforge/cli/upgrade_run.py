@@ -14,18 +14,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
+import yaml
 
 from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.upgrade import build_plan, limits_options, query_inventory, spec_argument
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.inventory.reader import InventoryDir
+from gpuforge.inventory.render import all_vars
 from gpuforge.rollout.deploy import LEVELS
 from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import open_store
 from gpuforge.rollout.steps import AnsibleSteps, controller_client
 from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.topology import load_cluster
+from gpuforge.topology.cluster import Cluster
 from gpuforge.upgrade.run import POLICIES, UpgradeOutcome, UpgradeRequest, run_upgrade
 from gpuforge.upgrade.steps import AnsibleUpgradeSteps
 from gpuforge.validate import pipeline
@@ -115,6 +118,7 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
     controllers = [n.hostname for n in cluster.by_role("controller")]
     if not controllers:
         raise InputError(f"{spec}: {cluster.name} has no Slurm controller node group")
+    _require_generated_pins(cluster, inventory, spec)
     installed = query_inventory(inventory, query_timeout)
     plan = build_plan(
         spec, state_dir, max_per_leaf=max_per_leaf, max_fraction=max_fraction, installed=installed
@@ -167,6 +171,41 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
         )
     _report(outcome, as_json)
     raise SystemExit(0 if outcome.passed else 1)
+
+
+#: The roles' version variables, as ``gpuforge inventory generate`` writes them from the spec.
+VERSION_VARS = (
+    "nvidia_driver_version",
+    "cuda_toolkit_version",
+    "nccl_version",
+    "dcgm_version",
+    "slurm_version",
+    "doca_ofed_version",
+)
+
+
+def _require_generated_pins(cluster: Cluster, inventory: Path, spec: Path) -> None:
+    """Refuse (exit 2) when the inventory's generated layer pins other versions than SPEC.
+
+    The roles install what the inventory says, and the validators expect it: a run against an
+    inventory generated from the old spec would "upgrade" every node to the versions it has.
+    """
+    path = inventory / "generated" / "group_vars" / "all.yml"
+    try:
+        have = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the generated inventory: {exc}") from None
+    want = all_vars(cluster)
+    diff = [
+        f"{key} {have.get(key)} (spec: {want.get(key)})"
+        for key in VERSION_VARS
+        if str(have.get(key)) != str(want.get(key))
+    ]
+    if diff:
+        raise InputError(
+            f"{path}: generated from other pins than {spec}: {', '.join(diff)}; run "
+            f"`gpuforge inventory generate {spec} --output {inventory}` first"
+        )
 
 
 def _report(outcome: UpgradeOutcome, as_json: bool) -> None:

@@ -369,3 +369,24 @@ def test_other_gpuforge_drains_are_left_to_their_process(
     assert fake.reasons == {"gpu02": "gpuforge:gpu.xid:reboot"}
     assert "gpu02" not in fake.upgraded
     assert "repair it first" in outcome.waves[0].skipped["gpu02"]
+
+
+def test_cli_refuses_an_inventory_generated_from_other_pins(tmp_path: Path) -> None:
+    import yaml  # noqa: PLC0415
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from gpuforge.cli import main  # noqa: PLC0415
+
+    runner = CliRunner()
+    inv = tmp_path / "inv"
+    gen = runner.invoke(main, ["inventory", "generate", str(LAB), "--output", str(inv)])
+    assert gen.exit_code == 0, gen.output
+    doc = yaml.safe_load(LAB.read_text())
+    doc["versions"]["nccl"] = "2.25.1" if doc["versions"]["nccl"] != "2.25.1" else "2.26.2"
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ["upgrade", "run", str(new), "--inventory", str(inv), "--state-dir", str(tmp_path)]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "nccl_version" in result.output and "inventory generate" in result.output
+    assert not (tmp_path / doc["name"] / "rollout.db").exists(), "nothing ran"
