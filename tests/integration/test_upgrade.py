@@ -195,6 +195,9 @@ def test_rolling_upgrade_with_jobs_a_kill_and_limits(
     lab: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
     new = _spec(tmp_path, "d2upg-new.yaml", NEW)
+    # The roles install what the inventory pins: regenerate its generated layer from the new spec.
+    proc = run(env, "inventory", "generate", str(new), "--output", str(lab), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     jobs = {}
     for node in JOB_NODES:
         out = f"/var/tmp/upgrade-job-{node}.out"  # on the lab node: survives its reboot
