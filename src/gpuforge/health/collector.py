@@ -110,12 +110,24 @@ class _Batcher(Generic[T, R]):
                 results = self._work([item for item, _ in batch])
             except Exception as exc:
                 log.error("%s: batch of %d failed: %s", self._thread.name, len(batch), exc)
-                for _, fut in batch:
-                    fut.set_exception(exc)
+                self._one_by_one(batch)
                 continue
             self.batches += 1
             self.items += len(batch)
             for (_, fut), result in zip(batch, results, strict=True):
+                fut.set_result(result)
+
+    def _one_by_one(self, batch: list[tuple[T, Future[R]]]) -> None:
+        # One bad item must not fail its neighbours: each is retried alone, and only the items
+        # that fail alone get the exception.
+        for item, fut in batch:
+            try:
+                (result,) = self._work([item])
+            except Exception as exc:
+                fut.set_exception(exc)
+            else:
+                self.batches += 1
+                self.items += 1
                 fut.set_result(result)
 
 
@@ -202,6 +214,9 @@ class Collector:
             )
         try:
             self._writer.submit((record, body.decode())).result(timeout=STORE_WAIT_S)
+        except (InputError, ValueError, TypeError, KeyError) as exc:
+            # The record itself cannot be stored: the node drops it rather than resend it forever.
+            return Answer(HTTPStatus.BAD_REQUEST, {"error": f"not stored: {exc}"})
         except Exception as exc:
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
         if not record.get("request"):

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from gpuforge.errors import InputError
-from gpuforge.health.collector import MAX_BODY, Collector, make_server, parse_listen
+from gpuforge.health.collector import (
+    MAX_BODY,
+    Collector,
+    _Batcher,
+    make_server,
+    parse_listen,
+)
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
 
@@ -221,3 +227,21 @@ def test_an_unwritable_metrics_dir_does_not_fail_the_answer(
         (200, "drained"),
         (200, "refused"),
     ]
+
+
+def test_one_bad_item_does_not_fail_its_batch() -> None:
+    def work(items: list[str]) -> list[str]:
+        if "bad" in items:
+            raise InputError("cannot store 'bad'")
+        return [item.upper() for item in items]
+
+    batcher: _Batcher[str, str] = _Batcher("test-writer", work, max_batch=10)
+    futures = [batcher.submit(item) for item in ("a", "bad", "b")]  # queued: one batch
+    batcher.start()
+    try:
+        assert futures[0].result(timeout=10) == "A"
+        assert futures[2].result(timeout=10) == "B"
+        with pytest.raises(InputError):
+            futures[1].result(timeout=10)
+    finally:
+        batcher.stop()
