@@ -88,7 +88,12 @@ def hysteresis(
         for name in list(state.streaks):
             if name not in CHECKS or not config.check(name).enabled:
                 state.streaks[name].latched = False
-    return out, request_of(state)
+    request = request_of(state)
+    if request == Request("resume") and any(c.status == "fail" and not c.shadow for c in out):
+        # Another check fails in this very run (not latched yet: below its fail_after): the
+        # node is not healthy enough to return; the resume stays owed for a clean run.
+        return out, None
+    return out, request
 
 
 def request_of(state: st.State) -> Request | None:

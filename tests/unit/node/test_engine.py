@@ -148,3 +148,14 @@ def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: P
     assert blocks("b1", timedelta(hours=2)) == 0  # stale cache
     (tmp_path / "decision.json").write_text('{"decision": {"done": "refused"}}')
     assert blocks("b1", timedelta(minutes=5)) == 0  # the breaker's refusal stands
+
+
+def test_no_resume_while_another_check_fails_below_its_threshold() -> None:
+    config = _config()  # gpu.xid: fail_after 1; fabric.counters: fail_after 2
+    state = st.State()
+    xid_fail, xid_pass = Result("gpu.xid", "fail", "reboot"), Result("gpu.xid", "pass")
+    assert _run(config, state, xid_fail, PASS)[1] == Request("drain", "gpu.xid", "reboot", 0)
+    # The Xid is gone (say, after the reboot), but the counters fail once: not latched, yet the
+    # node must not ask to return with a failing check.
+    assert _run(config, state, xid_pass, FAIL)[1] is None
+    assert _run(config, state, xid_pass, PASS)[1] == Request("resume")
