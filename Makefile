@@ -56,10 +56,10 @@ test-slow: setup ## Slow unit tests: real ansible-inventory on 10k hosts, random
 	$(BIN)/pytest -q tests/unit -m slow
 
 .PHONY: test-lab
-test-lab: setup system-deps lab-image ## Lab integration tests (lab, phase 1 then 2) and the Molecule scenarios of MOLECULE_GATE
+test-lab: setup system-deps lab-image ## Lab integration tests (lab, day 2, phase 1 then 2) and the Molecule scenarios of MOLECULE_GATE
 	$(BIN)/pytest -q tests/integration/test_lab.py
-	GPUFORGE_MOLECULE_ROLES=$(MOLECULE_GATE) $(BIN)/pytest -q -n $(MOLECULE_JOBS) --dist worksteal \
-	  tests/integration/test_phases.py tests/integration/test_molecule.py
+	GPUFORGE_MOLECULE_ROLES=$(MOLECULE_GATE) $(BIN)/pytest -q -n $(MOLECULE_JOBS) --dist loadgroup \
+	  tests/integration/test_day2.py tests/integration/test_phases.py tests/integration/test_molecule.py
 
 .PHONY: test-integration
 test-integration: setup system-deps ## Molecule scenarios and lab integration tests (podman)

@@ -27,7 +27,8 @@ from gpuforge.lab import cluster
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.slurm.control import SINFO_FORMAT, SinfoRow, parse_sinfo
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# One module-scoped lab: every test of the module on one xdist worker (make test-lab).
+pytestmark = [pytest.mark.lab, pytest.mark.slow, pytest.mark.xdist_group("phases")]
 
 SPEC = Path(__file__).parent / "specs" / "phases.yaml"
 LAB = "phasestest"
