@@ -43,7 +43,7 @@ from gpuforge.health.fleet import (
     fleet_status,
     write_textfile,
 )
-from gpuforge.history.store import HistoryStore, Retention
+from gpuforge.history.store import HistoryStore, Retention, parse_time
 from gpuforge.node.record import from_json
 from gpuforge.slurm import control
 
@@ -58,6 +58,9 @@ MAX_BODY = 1 << 20
 #: idempotent for the node's events, and admission's decisions are.
 STORE_WAIT_S = 10.0
 DECIDE_WAIT_S = 120.0
+#: A request older than this (a spooled record sent late) is stored but not acted on: two of
+#: slurmd's default 300 s health check intervals.
+MAX_REQUEST_AGE_S = 600.0
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -151,9 +154,11 @@ class Collector:
         metrics_dir: Path | None = None,
         retention: Retention | None = None,
         max_batch: int = 1000,
+        max_request_age_s: float = MAX_REQUEST_AGE_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.fleet = fleet
+        self.max_request_age_s = max_request_age_s
         self.store = store
         self.decider = decider
         self.metrics_dir = metrics_dir
@@ -219,8 +224,17 @@ class Collector:
             return Answer(HTTPStatus.BAD_REQUEST, {"error": f"not stored: {exc}"})
         except Exception as exc:
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
+        age = self.clock() - parse_time(record["started"], "record.started")
         if not record.get("request"):
             decision = Decision(node, "none", "none", detail="no request")
+        elif age > self.max_request_age_s:
+            # A spooled record sent late (the collector was away): its request may be long out of
+            # date (the node rebooted since, or an operator acted); the node's next run asks again
+            # if it still holds.
+            op = str(record["request"].get("op"))
+            decision = Decision(
+                node, op, "none", detail=f"stale request: the record is {age:.0f}s old"
+            )
         else:
             try:
                 decision = self._decider.submit(record).result(timeout=DECIDE_WAIT_S)

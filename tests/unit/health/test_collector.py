@@ -87,6 +87,27 @@ def test_a_drain_request_drains_through_http(served: tuple[str, Collector, FakeS
     assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
 
 
+def test_a_late_spooled_request_is_stored_but_not_acted_on(
+    served: tuple[str, Collector, FakeSlurm],
+) -> None:
+    # Seen on the d2health lab: after the collector was away, a node that had rebooted and was
+    # healthy again sent its spooled records, and their old drain requests drained it again.
+    url, collector, slurm = served
+    stale = record(
+        "gpu01",
+        at=T0 - 3600,
+        verdict="fail",
+        failed=(("gpu.xid", "reboot"),),
+        request={"op": "drain", "check": "gpu.xid", "action": "reboot", "more": 0},
+    )
+    status, body = post(url, json.dumps(stale).encode())
+    assert status == 200
+    assert body["decision"]["done"] == "none"
+    assert "stale request" in body["decision"]["detail"]
+    assert slurm.nodes["gpu01"] == ("IDLE", "")
+    assert collector.store.node_history("gpu01")  # kept in the history all the same
+
+
 def test_a_forged_source_address_is_refused(served: tuple[str, Collector, FakeSlurm]) -> None:
     url, collector, slurm = served
     status, body = post(url, json.dumps(drain_request("gpu02")).encode())  # gpu02 is 10.231.0.12
