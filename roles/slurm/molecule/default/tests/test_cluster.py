@@ -62,8 +62,11 @@ def test_new_node_joins_drained_and_is_idle_once_admitted(host: Any, node: str) 
 
 
 @pytest.mark.parametrize("node", NODES)
-def test_node_partition_is_gpu(host: Any, node: str) -> None:
-    assert sinfo(host)[node].partition == "gpu"
+def test_node_partitions_are_gpu_and_the_hidden_conformance_one(host: Any, node: str) -> None:
+    # --all: the conformance partition is Hidden (nightly conformance, docs/conformance.md).
+    out = host.check_output(f"sinfo --all --noheader --Node --format='{slurm.SINFO_FORMAT}'")
+    partitions = {row.partition.rstrip("*") for row in slurm.parse_sinfo(out) if row.node == node}
+    assert partitions == {"gpu", "conformance"}
 
 
 @pytest.mark.parametrize("node", NODES)
