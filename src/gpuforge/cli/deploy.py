@@ -18,6 +18,7 @@ from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.inventory.reader import InventoryDir
+from gpuforge.playbook import EventHandler
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
 from gpuforge.rollout.lock import holder, play_record
 from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
@@ -33,9 +34,46 @@ from gpuforge.validate import pipeline
 spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 
 
-def _store(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
+def store_and_lock(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
     base = state_dir / cluster.name
     return open_store(base / "rollout.db"), base / "rollout.lock"
+
+
+def ansible_steps(  # noqa: PLR0917 - the run's context, passed down unchanged
+    inventory: Path,
+    cluster: Cluster,
+    controller: str,
+    state_dir: Path,
+    run_dir: Path,
+    store: StateStore,
+    lock: Path,
+    *,
+    reservation: str,
+    source: str,
+    on_event: EventHandler | None = None,
+) -> AnsibleSteps:
+    """The rollout's real steps (deploy and upgrade): plays, validators, admission as ``source``."""
+    return AnsibleSteps(
+        inventory=inventory,
+        artifacts=run_dir / "ansible",
+        validate_fn=lambda hosts, lvl, peers: validate_with_validators(
+            inventory,
+            hosts,
+            lvl,
+            run_dir / "validation",
+            reservation=reservation,
+            known_good=peers,
+            peer_reference=store.latest_measured(peers, pipeline.PEER_CHECKS),
+        ),
+        admission=Admission(
+            controller_client(inventory, controller),
+            AdmissionRecord(record_path(state_dir, cluster.name)),
+            source=source,
+        ),
+        reservation=reservation,
+        on_event=on_event,
+        play_record=play_record(lock),
+    )
 
 
 @click.command("deploy")
@@ -80,29 +118,20 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
         report_dir / cluster.name / f"phase_{phase_number:02d}-{time.strftime('%Y%m%dT%H%M%S')}"
     )
     console = Console()
-    store, lock = _store(state_dir, cluster)
+    store, lock = store_and_lock(state_dir, cluster)
     with deploy_progress(console) as progress:
         reservation = f"gpuforge_{cluster.name}_phase{phase_number:02d}"
-        steps = AnsibleSteps(
-            inventory=inventory,
-            artifacts=run_dir / "ansible",
-            validate_fn=lambda hosts, lvl, peers: validate_with_validators(
-                inventory,
-                hosts,
-                lvl,
-                run_dir / "validation",
-                reservation=reservation,
-                known_good=peers,
-                peer_reference=store.latest_measured(peers, pipeline.PEER_CHECKS),
-            ),
-            admission=Admission(
-                controller_client(inventory, controllers[0]),
-                AdmissionRecord(record_path(state_dir, cluster.name)),
-                source="deploy",
-            ),
+        steps = ansible_steps(
+            inventory,
+            cluster,
+            controllers[0],
+            state_dir,
+            run_dir,
+            store,
+            lock,
             reservation=reservation,
+            source="deploy",
             on_event=progress.event,
-            play_record=play_record(lock),
         )
         request = DeployRequest(
             phase=phase_number,
@@ -178,7 +207,7 @@ def _print_outcome(
 def status(spec: Path, state_dir: Path, as_json: bool) -> None:
     """Show the rollout of SPEC: phases, states, gates, runs, quarantined and unreachable nodes."""
     cluster = load_cluster(spec)
-    store, lock = _store(state_dir, cluster)
+    store, lock = store_and_lock(state_dir, cluster)
     nodes = {n.hostname: n for n in store.nodes()}
     rows: list[dict[str, Any]] = []
     for phase in cluster.phases:

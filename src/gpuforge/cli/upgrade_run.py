@@ -16,22 +16,17 @@ from pathlib import Path
 import click
 import yaml
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
+from gpuforge.cli import deploy as deploy_cli
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.upgrade import build_plan, limits_options, query_inventory, spec_argument
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.inventory.reader import InventoryDir
 from gpuforge.inventory.render import all_vars
 from gpuforge.rollout.deploy import LEVELS
-from gpuforge.rollout.lock import play_record
-from gpuforge.rollout.state import open_store
-from gpuforge.rollout.steps import AnsibleSteps, controller_client
-from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import Cluster
 from gpuforge.upgrade.run import POLICIES, UpgradeOutcome, UpgradeRequest, run_upgrade
 from gpuforge.upgrade.steps import AnsibleUpgradeSteps
-from gpuforge.validate import pipeline
 
 
 @contextmanager
@@ -124,29 +119,18 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
         spec, state_dir, max_per_leaf=max_per_leaf, max_fraction=max_fraction, installed=installed
     )
     run_dir = report_dir / cluster.name / f"upgrade-{time.strftime('%Y%m%dT%H%M%S')}"
-    base = state_dir / cluster.name
-    store = open_store(base / "rollout.db")
-    lock = base / "rollout.lock"
+    store, lock = deploy_cli.store_and_lock(state_dir, cluster)
     reservation = f"gpuforge_{cluster.name}_upgrade"
-    deploy_steps = AnsibleSteps(
-        inventory=inventory,
-        artifacts=run_dir / "ansible",
-        validate_fn=lambda hosts, lvl, peers: validate_with_validators(
-            inventory,
-            hosts,
-            lvl,
-            run_dir / "validation",
-            reservation=reservation,
-            known_good=peers,
-            peer_reference=store.latest_measured(peers, pipeline.PEER_CHECKS),
-        ),
-        admission=Admission(
-            controller_client(inventory, controllers[0]),
-            AdmissionRecord(record_path(state_dir, cluster.name)),
-            source="upgrade",
-        ),
+    deploy_steps = deploy_cli.ansible_steps(
+        inventory,
+        cluster,
+        controllers[0],
+        state_dir,
+        run_dir,
+        store,
+        lock,
         reservation=reservation,
-        play_record=play_record(lock),
+        source="upgrade",
     )
     request = UpgradeRequest(
         plan=plan,
