@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import upgrading
 import yaml
 from alerting import AlertLab, Scenario, fire_and_resolve, ib_port_down, rack_over_budget, xid79
 
@@ -253,6 +254,72 @@ def remediate(
         "--json",
         timeout=1200,
     )
+
+
+# ---- a rolling upgrade (issue 19), first, on the freshly admitted lab ---------------------------
+#
+# day2.yaml pins the lab mirror's older driver and NCCL; the upgrade moves the fleet to the newer
+# pair with sleeping jobs on two nodes, is SIGKILLed in its second wave and re-run, and must leave
+# the operator's node alone. The health tests below then run on the upgraded nodes.
+
+NEW_PINS = {"nvidia_driver": "570.133.20", "nccl": "2.26.2"}
+#: --max-fraction 0.5 of the partition's 32 GPUs: 2 nodes out at once, besides the operator's.
+MAX_UPGRADING = 2
+
+
+def test_incompatible_pins_are_refused_before_anything_runs(
+    lab: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    bad = upgrading.spec_with(SPEC, tmp_path / "day2-bad.yaml", {"nvidia_driver": "570.86.10"})
+    before = upgrading.states(LAB, CONTROLLER)
+    proc = run(env, "upgrade", "run", str(bad), "--inventory", str(lab), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cuda-minimum-driver" in proc.stderr and "570.86.10" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert upgrading.states(LAB, CONTROLLER) == before
+    assert upgrading.upgrade_record(env, SPEC) == {}
+
+
+def test_rolling_upgrade_keeps_jobs_capacity_and_the_operator_drain(
+    lab: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    new = upgrading.spec_with(SPEC, tmp_path / "day2-new.yaml", NEW_PINS)
+    # The roles install what the inventory pins: regenerate its generated layer from the new spec.
+    proc = run(env, "inventory", "generate", str(new), "--output", str(lab), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = upgrading.submit_sleepers(LAB, CONTROLLER, (LEAF_PAIR[0], XID_NODE))
+    args = [GPUFORGE, "upgrade", "run", str(new), "--inventory", str(lab), "--poll", "3"]
+    args += ["--max-fraction", "0.5", "--report-dir", str(tmp_path)]
+    started = time.monotonic()
+    with upgrading.Sampler(LAB, CONTROLLER, ignore=frozenset({OPERATOR_NODE})) as sampler:
+        upgrading.run_and_kill(args, env, new, tmp_path / "killed.log")
+        second = subprocess.run(
+            [*args, "--json"], env=env, capture_output=True, text=True, timeout=1800, check=False
+        )
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+    outcome = json.loads(second.stdout)
+    assert outcome["status"] == "finished", outcome
+    assert any("in flight" in n for n in outcome["notes"]), outcome["notes"]
+    LOG.info("upgrade with a kill: %.0f s wall", time.monotonic() - started)
+    # Capacity: never more nodes out at once than the limit allows (the operator's aside).
+    assert len(sampler.samples) > 20
+    worst = sampler.worst()
+    assert 0 < len(worst) <= MAX_UPGRADING, worst
+    # No job killed: each ran to the line it writes after its sleep.
+    assert upgrading.unfinished_jobs(LAB, jobs) == {}
+    # Every node on the new pins (asked of the nodes) but the operator's, which kept its drain.
+    plan = run(env, "upgrade", "plan", str(new), "--inventory", str(lab), "--json", timeout=300)
+    assert plan.returncode == 0, plan.stderr
+    left = [s["node"] for w in json.loads(plan.stdout)["waves"] for s in w["steps"]]
+    assert left == [OPERATOR_NODE], plan.stdout
+    now = upgrading.states(LAB, CONTROLLER)
+    assert now[OPERATOR_NODE][1] == OPERATOR_REASON, now
+    upgraded = [n for n in now if n.startswith("hgpu") and n != OPERATOR_NODE]
+    assert {n: now[n][0] for n in upgraded} == dict.fromkeys(upgraded, "idle"), now
+    record = upgrading.upgrade_record(env, new)
+    steps = {n["hostname"]: n["step"] for n in record["nodes"]}
+    assert steps == {**dict.fromkeys(upgraded, "done"), OPERATOR_NODE: "skipped"}, steps
+    upgrading.log_timings(record)
 
 
 # ---- the loop ---------------------------------------------------------------------------------
