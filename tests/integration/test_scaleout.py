@@ -83,6 +83,9 @@ def lab() -> Iterator[Path]:
     if not reuse:
         cluster.down(LAB)
     old_cfg = os.environ.get("ANSIBLE_CONFIG")
+    old_path = os.environ["PATH"]
+    # As the gpuforge command does: ansible-runner looks ansible-playbook up on PATH.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{old_path}"
     try:
         if not reuse:
             proc = subprocess.run(
@@ -111,6 +114,7 @@ def lab() -> Iterator[Path]:
             assert result.status == "successful", (playbook, result.failed, result.unreachable)
         yield inv.root
     finally:
+        os.environ["PATH"] = old_path
         if old_cfg is None:
             os.environ.pop("ANSIBLE_CONFIG", None)
         else:

@@ -25,8 +25,9 @@ from typing import Any
 
 from gpuforge.errors import InputError
 
-#: The packages an execution host must have at the controller's versions.
-PINNED = ("ansible-runner", "ansible-core", "mitogen")
+#: The packages an execution host must have at the controller's versions. ``ansible`` carries
+#: the collections the roles use (community.general, ansible.posix); ansible-core has none.
+PINNED = ("ansible", "ansible-runner", "ansible-core", "mitogen")
 #: Where the ``execution_host`` role installs the runner on an execution host.
 DEFAULT_VENV = "/opt/gpuforge/runner"
 PREFLIGHT_TIMEOUT_S = 30.0

@@ -32,13 +32,15 @@ def test_preflight_names_a_host_without_a_runner(tmp_path: Path) -> None:
 def test_preflight_names_each_wrong_version(tmp_path: Path) -> None:
     venv = _fake_venv(
         tmp_path / "old",
-        """echo '{"ansible-runner": "2.3.0", "ansible-core": "2.19.14", "mitogen": null}'""",
+        """echo '{"ansible": "12.3.0", "ansible-runner": "2.3.0","""
+        """ "ansible-core": "2.19.14", "mitogen": null}'""",
     )
     want = executors.controller_versions()
     with pytest.raises(InputError) as err:
         executors.preflight([ExecutionHost("ex2", None, venv=venv)])
     text = str(err.value)
     assert f"ex2: ansible-runner 2.3.0 (want {want['ansible-runner']})" in text
+    assert "ansible 12.3.0" not in text
     assert f"mitogen missing (want {want['mitogen']})" in text
     assert "ansible-core" not in text
 

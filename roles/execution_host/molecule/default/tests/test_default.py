@@ -9,7 +9,12 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 VENV = "/opt/gpuforge/runner"
-PINS = {"ansible-runner": "2.4.3", "ansible-core": "2.19.14", "mitogen": "0.3.54"}
+PINS = {
+    "ansible": "12.3.0",
+    "ansible-runner": "2.4.3",
+    "ansible-core": "2.19.14",
+    "mitogen": "0.3.54",
+}
 
 
 @pytest.mark.parametrize(("name", "version"), sorted(PINS.items()))
