@@ -32,8 +32,11 @@ from gpuforge.execution import artifacts, shards
 from gpuforge.execution.executors import ExecutionHost, local_hosts, preflight
 from gpuforge.execution.stream import Event, ShardRun, build_project, stream_shard
 from gpuforge.inventory.reader import InventoryDir, read_generated_hosts
+from gpuforge.node import bundle
 from gpuforge.playbook import HostStats, RunResult, strategy_settings
 
+#: The health role's prebuilt node checker (a path on the machine that runs Ansible).
+HEALTH_BUNDLE_VAR = "health_bundle_src"
 #: Attempts of one shard before its remaining hosts are given up as failed.
 MAX_ATTEMPTS = 3
 DEFAULT_LOCAL_WORKERS = 2
@@ -145,6 +148,13 @@ def run_sharded(
         project = build_project(work / "project")
         if Path(playbook).is_absolute():  # a play from outside the project (tests, a site's own)
             shutil.copy2(playbook, project / "playbooks" / Path(playbook).name)
+        extras = dict(extravars or {})
+        if HEALTH_BUNDLE_VAR not in extras:
+            # The health role builds the node checker with the gpuforge package of the Python
+            # that runs Ansible; an execution host's runner has no gpuforge. Built once here
+            # and shipped with the project, it is also the same file for every shard.
+            bundle.build(project / bundle.NAME)
+            extras[HEALTH_BUNDLE_VAR] = "{{ playbook_dir }}/../" + bundle.NAME
         job = _Job(
             inv=inv,
             generated=generated,
@@ -152,7 +162,7 @@ def run_sharded(
             work=work,
             playbook=f"playbooks/{Path(playbook).name}",
             artifact_dir=artifact_dir,
-            extravars=dict(extravars or {}),
+            extravars=extras,
             envvars=envvars,
             tags=tags,
             forks=forks,

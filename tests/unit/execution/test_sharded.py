@@ -138,3 +138,32 @@ def test_a_bad_execution_host_is_refused_before_any_node_is_touched(
         )
     assert not list(mark.iterdir())
     assert not (tmp_path / "art").exists()
+
+
+BUNDLE_PLAY = """\
+- name: Look for the node checker the health role would install
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Stat the checker on the machine that runs Ansible
+      ansible.builtin.stat:
+        path: "{{ health_bundle_src }}"
+      register: checker
+      delegate_to: localhost
+    - name: Assert it came with the shard's project
+      ansible.builtin.assert:
+        that:
+          - checker.stat.exists
+          - checker.stat.path.startswith(playbook_dir | dirname)
+"""
+
+
+def test_the_node_checker_is_built_once_and_shipped_with_the_project(
+    cluster: Path, tmp_path: Path
+) -> None:
+    # An execution host's runner has no gpuforge package to build the checker with.
+    play = tmp_path / "bundle_play.yml"
+    play.write_text(BUNDLE_PLAY)
+    result = run_sharded(play, cluster, ["gpu01"], None, artifact_dir=tmp_path / "art")
+    assert result.failed == {}
+    assert result.status == "successful"
