@@ -29,6 +29,13 @@ _KEPT_EVENTS = frozenset(
     }
 )
 _CHANGED_EVENTS = frozenset({"runner_on_ok", "runner_item_on_ok", "runner_on_async_ok"})
+#: What a slimmed changed event keeps of ansible-runner's envelope and of its ``event_data``:
+#: the rest (playbook, play and task uuids, task path, remote address...) is ~1 kB an event,
+#: more than a first deploy's ~80 changed tasks per node can afford within the bound.
+_SLIM_ENVELOPE = ("uuid", "counter", "event", "created")
+_SLIM_DATA = ("host", "play", "role", "task", "task_action", "duration")
+#: Characters of a slimmed result's message kept.
+SLIM_MESSAGE = 200
 #: Files ansible-runner writes that a bounded run does not keep.
 DROPPED_FILES = ("stdout", "command", "fact_cache")
 
@@ -84,9 +91,10 @@ def measure(root: Path) -> int:
 def enforce(artifact_dir: Path, budget: int) -> bool:
     """Slim changed events, largest first, until ``artifact_dir`` holds ``budget`` bytes at most.
 
-    A slimmed event keeps its host, task and ``changed``, and the first 200 characters of its
-    message; failed and unreachable events and the stats are never touched (they are what a
-    person reads after a failed run). Returns whether anything was slimmed.
+    A slimmed event keeps its host, play, role, task, action and duration, ``changed`` and the
+    first :data:`SLIM_MESSAGE` characters of its message (a few hundred bytes); failed and
+    unreachable events and the stats are never touched (they are what a person reads after a
+    failed run). Returns whether anything was slimmed.
     """
     total = measure(artifact_dir)
     if total <= budget:
@@ -107,9 +115,14 @@ def enforce(artifact_dir: Path, budget: int) -> bool:
         data = event.get("event_data") or {}
         res = data.get("res") or {}
         msg = str(res.get("msg", "")) if isinstance(res, Mapping) else ""
-        data["res"] = {"changed": True, "msg": msg[:200], "gpuforge_slimmed": True}
-        event.pop("stdout", None)
-        text = json.dumps(event)
+        slim: dict[str, Any] = {k: event[k] for k in _SLIM_ENVELOPE if k in event}
+        slim["event_data"] = {k: data[k] for k in _SLIM_DATA if k in data}
+        slim["event_data"]["res"] = {
+            "changed": True,
+            "msg": msg[:SLIM_MESSAGE],
+            "gpuforge_slimmed": True,
+        }
+        text = json.dumps(slim, separators=(",", ":"))
         path.write_text(text)
         total -= size - len(text.encode())
         slimmed = True

@@ -203,6 +203,10 @@ class _Job:
     bytes_per_host: int
     lock: threading.Condition = field(default_factory=threading.Condition)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Per shard: the artifact bytes its hosts may keep over all its attempts, and kept so far
+    #: (a lost attempt's events count against its re-run: the bound is per host and run).
+    budgets: dict[str, int] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
 
     def _event(self, event: Event) -> None:
         if self.on_event is not None:
@@ -268,6 +272,9 @@ class _Job:
             self.inv, self.generated, shard.hosts, private / "shard"
         )
         started = time.monotonic()
+        with self.lock:
+            total = self.budgets.setdefault(shard.key, self.bytes_per_host * len(shard.hosts))
+            budget = max(0, total - self.spent.get(shard.key, 0))
 
         def register(proc: subprocess.Popen[bytes]) -> None:
             with self.lock:
@@ -286,9 +293,11 @@ class _Job:
             forks=self.forks,
             timeout_s=self.timeout_s,
             on_event=self._event,
-            artifact_budget=self.bytes_per_host * len(shard.hosts),
+            artifact_budget=budget,
             started=register,
         )
+        with self.lock:
+            self.spent[shard.key] = self.spent.get(shard.key, 0) + run.artifact_bytes
         self.result.attempts.append(
             Attempt(
                 shard=shard.key,
