@@ -32,10 +32,13 @@ _CHANGED_EVENTS = frozenset({"runner_on_ok", "runner_item_on_ok", "runner_on_asy
 #: What a slimmed changed event keeps of ansible-runner's envelope and of its ``event_data``:
 #: the rest (playbook, play and task uuids, task path, remote address...) is ~1 kB an event,
 #: more than a first deploy's ~80 changed tasks per node can afford within the bound.
-_SLIM_ENVELOPE = ("uuid", "counter", "event", "created")
-_SLIM_DATA = ("host", "play", "role", "task", "task_action", "duration")
+_SLIM_ENVELOPE = ("counter", "event")
+_SLIM_DATA = ("host", "role", "task", "task_action", "duration")
 #: Characters of a slimmed result's message kept.
 SLIM_MESSAGE = 200
+#: Bytes per host left out of a shard's budget for the run's record (``shards.json``: the
+#: host's counts, a failure's message, its share of the attempts).
+RECORD_RESERVE = 1_000
 #: Files ansible-runner writes that a bounded run does not keep.
 DROPPED_FILES = ("stdout", "command", "fact_cache")
 
@@ -91,8 +94,8 @@ def measure(root: Path) -> int:
 def enforce(artifact_dir: Path, budget: int) -> bool:
     """Slim changed events, largest first, until ``artifact_dir`` holds ``budget`` bytes at most.
 
-    A slimmed event keeps its host, play, role, task, action and duration, ``changed`` and the
-    first :data:`SLIM_MESSAGE` characters of its message (a few hundred bytes); failed and
+    A slimmed event keeps its counter, host, role, task, action and duration, ``changed`` and
+    the first :data:`SLIM_MESSAGE` characters of its message (~250 bytes); failed and
     unreachable events and the stats are never touched (they are what a person reads after a
     failed run). Returns whether anything was slimmed.
     """

@@ -273,7 +273,8 @@ class _Job:
         )
         started = time.monotonic()
         with self.lock:
-            total = self.budgets.setdefault(shard.key, self.bytes_per_host * len(shard.hosts))
+            per_host = max(0, self.bytes_per_host - artifacts.RECORD_RESERVE)
+            total = self.budgets.setdefault(shard.key, per_host * len(shard.hosts))
             budget = max(0, total - self.spent.get(shard.key, 0))
 
         def register(proc: subprocess.Popen[bytes]) -> None:

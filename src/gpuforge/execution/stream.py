@@ -181,7 +181,9 @@ def stream_shard(  # noqa: PLR0915  # one pipeline: start, transmit, process, co
         run.explanation = f"worker on {host.name} lost (exit {proc.returncode}): {why}"
     artifacts.prune(artifact_dir)
     if artifact_budget is not None:
-        run.slimmed = artifacts.enforce(artifact_dir, artifact_budget)
+        # A lost attempt's hosts run again: its changed events (the only record of what it
+        # changed) are kept as slim as they get, so that the re-run fits in what is left.
+        run.slimmed = artifacts.enforce(artifact_dir, 0 if run.lost else artifact_budget)
     run.artifact_bytes = artifacts.measure(artifact_dir)
     return run
 
