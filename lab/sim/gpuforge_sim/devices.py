@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from .state import SimError, load_lab
+from .state import SimError, load_lab, loaded_module_version
 
 #: Major number of NVIDIA's character devices; /dev/nvidiactl is minor 255.
 NVIDIA_MAJOR = 195
@@ -45,6 +45,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-u", "--unified-memory", action="store_true")
     parser.add_argument("-m", "--modeset", action="store_true")
     args = parser.parse_args(argv)
+    # nvidia-modprobe loads the module first: at boot, this boot's module is the installed one
+    loaded_module_version()
     minors = args.create_nvidia_device_file or list(range(load_lab().local().gpu_count))
     if not minors:
         return 0

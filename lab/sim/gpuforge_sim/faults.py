@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .skus import resolve_sku
+from .state import LOADED_MODULE, RUN_DIR
 
 STATE_SCHEMA_VERSION = 1
 
@@ -504,7 +505,7 @@ done
 [ -z "$args" ] && {{ echo "no pinned package installed yet: nothing to change"; exit 0; }}
 apt-get install -y -q --allow-downgrades --allow-change-held-packages $args
 apt-mark hold $(for a in $args; do echo "${{a%%=*}}"; done) >/dev/null
-echo "installed:$args"
+{reload}echo "installed:$args"
 """
 
 
@@ -525,4 +526,7 @@ def pin_install_script(pins: Mapping[str, str]) -> str:
             specs.append(f"{pkg.format(branch=branch)}={version}")
     if not specs:
         return ""
-    return _PIN_SCRIPT.format(specs=" ".join(specs))
+    # The node runs that driver: its module is reloaded, so the next use loads the installed one
+    # (an upgrade without a reboot would leave the old module and a version mismatch instead).
+    reload = f"rm -f {RUN_DIR / LOADED_MODULE}\n" if "nvidia_driver_version" in pins else ""
+    return _PIN_SCRIPT.format(specs=" ".join(specs), reload=reload)

@@ -17,9 +17,16 @@ from typing import Any
 
 from . import lifecycle
 from .faults import XID_MESSAGES
-from .state import KERNEL_PACKAGE, NodeView, installed_version, load_lab
+from .state import (
+    KERNEL_PACKAGE,
+    NodeView,
+    installed_version,
+    load_lab,
+    loaded_module_path,
+    loaded_module_version,
+    run_dir,
+)
 
-RUN_DIR_ENV = "GPUFORGE_SIM_RUN"  # test override of /run/gpuforge-sim
 SIM_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem")
 AUTOLOADED = ("nvidia", "nvidia_uvm", "nvidia_modeset")  # loaded by udev/nvidia-persistenced
 RDMA_MODULES = (
@@ -34,10 +41,6 @@ MODULE_SIZES = {
     "nvidia_modeset": 1642496,
     "nvidia": 104071168,
 }
-
-
-def run_dir() -> Path:
-    return Path(os.environ.get(RUN_DIR_ENV) or "/run/gpuforge-sim")
 
 
 def kernel_events(node: NodeView) -> list[str]:
@@ -249,8 +252,12 @@ def modprobe_main(argv: list[str]) -> int:
         marks.mkdir(parents=True, exist_ok=True)
         if remove:
             (marks / name).unlink(missing_ok=True)
+            if name == "nvidia":
+                # unloaded: the next load takes the installed version
+                loaded_module_path().unlink(missing_ok=True)
         else:
             (marks / name).touch()
+            loaded_module_version()
         return 0
     real = "/sbin/modprobe.distrib"
     if not Path(real).exists():

@@ -20,6 +20,10 @@ STATE_PATH = Path("/var/lib/gpuforge-sim/state.json")
 # Test-only overrides, read by the simulator alone (never by gpuforge's production code).
 ENV_STATE = "GPUFORGE_SIM_STATE"
 ENV_VERSIONS = "GPUFORGE_SIM_VERSIONS"  # JSON {"package": "version"} instead of dpkg-query
+RUN_DIR_ENV = "GPUFORGE_SIM_RUN"  # test override of RUN_DIR
+RUN_DIR = Path("/run/gpuforge-sim")
+#: this boot's nvidia module version under RUN_DIR, shaped like /sys/module/nvidia/version
+LOADED_MODULE = Path("sys/module/nvidia/version")
 
 DRIVER_PACKAGE = "nvidia-driver-cuda"
 KERNEL_PACKAGE = "nvidia-kernel-open-dkms"
@@ -81,17 +85,62 @@ def upstream_version(debian_version: str) -> str:
     return v.rsplit("-", 1)[0] if "-" in v else v
 
 
-def driver_version() -> str:
-    """Driver version from the installed simulated driver, or SimError as NVML would fail."""
-    user = installed_version(DRIVER_PACKAGE)
+def run_dir() -> Path:
+    """``/run/gpuforge-sim``: a tmpfs in a lab node, so what is there lasts one boot."""
+    return Path(os.environ.get(RUN_DIR_ENV) or RUN_DIR)
+
+
+def loaded_module_path() -> Path:
+    """Where the version of this boot's nvidia kernel module is kept, shaped like sysfs's
+    ``/sys/module/nvidia/version`` (the lab's sysfs tree links its ``module/nvidia`` here)."""
+    return run_dir() / LOADED_MODULE
+
+
+def loaded_module_version() -> str | None:
+    """Version of the nvidia kernel module loaded in this boot, loading it when none is.
+
+    A kernel keeps the module it loaded until a reboot (or an unload), whatever dpkg installs
+    since: the first use in a boot (the boot unit's ``nvidia-modprobe``, ``modprobe nvidia``,
+    a driver query) loads the installed ``nvidia-kernel-open-dkms``, and that version stays
+    for the boot. None when no module is installed and none was loaded.
+    """
+    path = loaded_module_path()
+    try:
+        loaded = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        loaded = ""
+    if loaded:
+        return loaded
     kernel = installed_version(KERNEL_PACKAGE)
+    if kernel is None:
+        return None
+    version = upstream_version(kernel)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".version.{os.getpid()}")
+        tmp.write_text(version + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a user who may not write /run: the module is loaded all the same
+    return version
+
+
+def driver_version() -> str:
+    """Driver version from the installed simulated driver, or SimError as NVML would fail.
+
+    User space (``nvidia-driver-cuda``) must match the kernel module loaded in this boot:
+    after a driver change without a reboot the old module is still loaded, and NVML fails
+    with "Driver/library version mismatch" (rc 18) until the node reboots.
+    """
+    user = installed_version(DRIVER_PACKAGE)
     if user is None:
         raise SimError(
             "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
             "Make sure that the latest NVIDIA driver is installed and running.",
             rc=9,
         )
-    if kernel is not None and upstream_version(kernel) != upstream_version(user):
+    loaded = loaded_module_version()
+    if loaded is not None and loaded != upstream_version(user):
         raise SimError("Failed to initialize NVML: Driver/library version mismatch", rc=18)
     return upstream_version(user)
 

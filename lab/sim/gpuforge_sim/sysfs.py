@@ -6,6 +6,7 @@ A container cannot add to ``/sys``, so ``gpuforge-sim-sysfs`` keeps a tree under
     class/infiniband/<dev>/{board_id,fw_ver,hca_type,node_guid,sys_image_guid}
     class/infiniband/<dev>/ports/1/{state,phys_state,rate,link_layer,lid,sm_lid,cap_mask}
     class/infiniband/<dev>/ports/1/counters/{symbol_error,link_downed,port_rcv_errors,...}
+    module/nvidia/version   (a link to this boot's simulated module, state.loaded_module_path)
 
 and links every other entry to the real one (``devices`` → ``/sys/devices``, ``class/net`` →
 ``/sys/class/net``, ...), so node_exporter can take the whole tree as ``--path.sysfs`` and its
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from .counters import port_counters
 from .ib import CA_TYPE, FW, _port
-from .state import NodeView, SimError, load_lab
+from .state import NodeView, SimError, load_lab, loaded_module_path
 
 ENV_ROOT = "GPUFORGE_SIM_SYSFS"
 DEFAULT_ROOT = Path("/var/lib/gpuforge-sim/sys")
@@ -67,12 +68,22 @@ def _link(path: Path, target: Path) -> None:
 
 
 def _link_real_sysfs(top: Path, real: Path) -> None:
-    """Every entry of the real sysfs, as a link, beside the simulated ``class/infiniband``."""
+    """Every entry of the real sysfs, as a link, beside the simulated ``class/infiniband``
+    and ``module/nvidia``."""
     if not real.is_dir():
         return
     for entry in real.iterdir():
-        if entry.name != "class":
+        if entry.name not in ("class", "module"):
             _link(top / entry.name, entry)
+    modules = top / "module"
+    if modules.is_symlink():  # a tree written before module/nvidia was simulated
+        modules.unlink()
+    # This boot's simulated nvidia module (its version file exists once the module is loaded).
+    _link(modules / "nvidia", loaded_module_path().parent)
+    if (real / "module").is_dir():
+        for entry in (real / "module").iterdir():
+            if entry.name != "nvidia":
+                _link(modules / entry.name, entry)
     classes = real / "class"
     if classes.is_dir():
         for entry in classes.iterdir():

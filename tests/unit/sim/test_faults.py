@@ -164,3 +164,13 @@ def test_wrong_driver_installs_that_version_on_a_provisioned_node(tmp_path: Path
     }
     assert any(c.startswith("apt-mark hold") and "nvidia-driver-cuda" in c for c in calls)
     assert pin_install_script({}) == ""
+
+
+def test_wrong_driver_reloads_the_module_so_the_node_runs_that_driver() -> None:
+    """wrong_driver is a node running another driver, not one halfway through an upgrade."""
+    from gpuforge_sim.faults import pin_install_script  # noqa: PLC0415
+
+    driver = pin_install_script({"nvidia_driver_version": "570.124.06"})
+    assert "\nrm -f /run/gpuforge-sim/sys/module/nvidia/version\n" in driver
+    assert driver.index("apt-get install") < driver.index("rm -f /run/gpuforge-sim")
+    assert "rm -f" not in pin_install_script({"nccl_version": "2.25.1"})
