@@ -152,8 +152,12 @@ def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
         "health_sysfs_root": SIM_SYSFS,
         "health_collector_url": f"http://{plan.gateway}:{HEALTH_COLLECTOR_PORT}",
         # A lab node reboots as a restarted container: the host's boot_id stays, the start of
-        # the container's PID 1 (clock ticks since the host booted) changes.
-        "remediate_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
+        # the container's PID 1 (clock ticks since the host booted) changes. One variable for
+        # every reboot gpuforge makes: remediate.yml's and the driver role's.
+        "gpuforge_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
+        # The simulated nvidia module loaded in this boot is there, not in /sys/module: the
+        # driver role decides on a reboot from it, as from the real one.
+        "nvidia_driver_sysfs_root": SIM_SYSFS,
     }
     # The monitoring servers notify the lab's webhook sink, which the alert tests read.
     monitoring = {"alertmanager_webhook_sink": True}

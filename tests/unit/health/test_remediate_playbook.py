@@ -46,7 +46,7 @@ def test_reboot_commands_are_site_variables_with_the_real_defaults() -> None:
     # play vars would outrank the inventory: the defaults sit in default(), so a site's
     # group_vars (the lab's PID-1 probe) win
     boot = play["vars"]["__remediate_boot_time_command"]
-    assert "remediate_boot_time_command | default(" in boot
+    assert "gpuforge_boot_time_command | default(" in boot  # shared with the driver role
     assert "cat /proc/sys/kernel/random/boot_id" in boot  # ansible.builtin.reboot's own default
     assert "shutdown -r 0" in play["vars"]["__remediate_reboot_command"]
 

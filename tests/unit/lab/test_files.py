@@ -67,9 +67,11 @@ def test_site_layer_reaches_the_nodes_with_the_lab_host_keys(plan: LabPlan, tmp_
         "group_vars/monitoring/lab.yml",
         "hosts.yml",
     ]
-    assert yaml.safe_load(out["group_vars/gpu_nodes/simulator.yml"])[
-        "node_exporter_path_sysfs"
-    ] == ("/var/lib/gpuforge-sim/sys")
+    simulator = yaml.safe_load(out["group_vars/gpu_nodes/simulator.yml"])
+    assert simulator["node_exporter_path_sysfs"] == "/var/lib/gpuforge-sim/sys"
+    # every reboot gpuforge makes (remediate.yml, the driver role) sees a restarted container
+    assert simulator["gpuforge_boot_time_command"] == "cut -d' ' -f22 /proc/1/stat"
+    assert simulator["nvidia_driver_sysfs_root"] == "/var/lib/gpuforge-sim/sys"
     assert yaml.safe_load(out["group_vars/monitoring/lab.yml"]) == {
         "alertmanager_webhook_sink": True
     }
