@@ -134,6 +134,12 @@ def verdict_reason(verdict: NodeVerdict, action: str = "quarantine") -> str:
 # -- the circuit breaker -------------------------------------------------------------------------
 
 
+#: Sources whose drains are planned work with limits of their own (a rolling upgrade's waves, an
+#: operator's hand): they do not use up the circuit breaker, which caps what automatic fault
+#: verdicts (health, conformance, validate, predictions) take out of service.
+PLANNED = frozenset({"upgrade", "operator"})
+
+
 @dataclass(frozen=True)
 class BreakerPolicy:
     """How many nodes gpuforge may take out of service within ``window_s`` seconds.
@@ -142,7 +148,8 @@ class BreakerPolicy:
     ``max_per_group`` nodes of any one group (``groups`` maps a node to its leaf switch, or any
     other failure domain; a node without a group counts only towards the total). Only drains
     that take a node out of service count: re-draining a node that was already out (a new node,
-    a node already quarantined) is never refused.
+    a node already quarantined) is never refused, and drains by a :data:`PLANNED` source (an
+    upgrade's wave) are not counted.
     """
 
     population: int
@@ -553,7 +560,7 @@ class Admission:
         recent = [
             r.action.node
             for r in self.record.actions(since=since, action="drain")
-            if r.out_of_service and r.action.shadow == self.shadow
+            if r.out_of_service and r.action.shadow == self.shadow and r.source not in PLANNED
         ]
         return CircuitBreaker(self.breaker, recent)
 

@@ -15,6 +15,9 @@ which records each decision, refusals included. The rules:
 * the circuit breaker (:class:`DecisionPolicy`): at most ``max_fraction`` of the fleet and
   ``max_per_leaf`` nodes under one leaf switch (rail 0's) taken out of service per ``window_s``;
   what it refuses is recorded, answered ``refused`` and exported for an alert;
+* a ``drain`` from a record taken before the node was last resumed through admission (an
+  upgrade or a remediation validated it since) is superseded: a spooled record sent late must not
+  take a freshly validated node out again;
 * ``resume`` -> only a node drained by gpuforge for a health check that the same record reports
   passing, and only for an action in ``resume_actions`` (default ``quarantine``: conditions that
   clear by themselves). A drain for ``reset_gpu``, ``reboot``, ``inspect`` or ``rma`` is lifted by
@@ -31,7 +34,7 @@ from typing import Any
 
 from gpuforge.admission import ACTIONS, Admission, BreakerPolicy, parse_reason
 from gpuforge.errors import InputError
-from gpuforge.history.store import Event, HistoryStore
+from gpuforge.history.store import Event, HistoryStore, parse_time
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
@@ -192,6 +195,16 @@ class Decider:
                 detail=f"drain requested for {check or '(no check)'} but its status in the record "
                 f"is {found}: only a FAIL drains",
             ), None
+        resumed = self._resumed_since(node, rec)
+        if resumed:
+            return Decision(
+                node,
+                "drain",
+                "none",
+                check=check,
+                action=action,
+                detail=f"superseded: the record was taken before {resumed}",
+            ), None
         if action not in DRAIN_ACTIONS:
             return Decision(
                 node,
@@ -215,6 +228,18 @@ class Decider:
             results=(CheckResult(node, check, Status.FAIL, action=action),),
         )
         return None, (_Todo(index, node, check, action), verdict)
+
+    def _resumed_since(self, node: str, rec: Mapping[str, Any]) -> str:
+        """Who resumed ``node`` after ``rec`` was taken (validated since: an upgrade, a
+        remediation), or empty. A spooled record sent late must not drain the node again."""
+        try:
+            started = parse_time(rec.get("started"), "record.started")
+        except InputError:
+            return ""
+        for row in reversed(self.admission.record.actions(since=started, action="resume")):
+            if row.action.node == node and row.action.changed and not row.action.shadow:
+                return f"the node was resumed by {row.source} ({row.action.detail or 'admitted'})"
+        return ""
 
     def _resume_plan(
         self, resumes: list[tuple[int, Mapping[str, Any]]], out: list[Decision | None]

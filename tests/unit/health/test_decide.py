@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 from gpuforge.admission import Admission
 from gpuforge.health.decide import Decider, DecisionPolicy
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
 
-from ..history.records import record
+from ..history.records import T0, record
 from .conftest import MakeDecider, fleet
 
 OPERATOR = "bad DIMM, ticket 4711"
@@ -191,3 +193,47 @@ def test_the_last_record_of_a_node_in_a_batch_is_acted_on(make_decider: MakeDeci
     assert first.done == "none" and "superseded" in first.detail
     assert second.done == "drained"
     assert slurm.nodes["n0001"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
+
+
+def _upgrade_admission(decider: Decider, now: float) -> Admission:
+    """The admission a rolling upgrade uses: same record and Slurm, source ``upgrade``."""
+    return replace(decider.admission, source="upgrade", breaker=None, clock=lambda: now)
+
+
+def _quarantine(node: str) -> NodeVerdict:
+    result = CheckResult(node, "upgrade", Status.FAIL, action="validate")
+    return NodeVerdict(node, Verdict.QUARANTINE, ("upgrade",), (), (result,))
+
+
+def test_an_upgrades_drains_do_not_use_up_the_breaker(make_decider: MakeDecider) -> None:
+    decider, slurm, _ = make_decider(fleet(1000, per_leaf=4), DecisionPolicy(max_per_leaf=1))
+    upgrade = _upgrade_admission(decider, T0 - 60)
+    upgrade.admit([_quarantine("n0000"), _quarantine("n0001")], actions={"n0000": "validate"})
+    assert slurm.nodes["n0001"][0] == "IDLE+DRAIN"
+    # The leaf's breaker (1 node) is still whole for a fault: the upgrade's wave has its own limits.
+    [d] = decider.decide([drain_request("n0002", action="reboot")])
+    assert d.done == "drained", d.detail
+    [refused] = decider.decide([drain_request("n0003", action="reboot")])
+    assert refused.done == "refused"
+
+
+def test_a_drain_from_before_the_nodes_last_resume_is_superseded(
+    make_decider: MakeDecider,
+) -> None:
+    decider, slurm, _ = make_decider(fleet(200))
+    upgrade = _upgrade_admission(decider, T0)
+    upgrade.admit([_quarantine("n0001")])
+    upgrade.admit([NodeVerdict("n0001", Verdict.ADMIT)])  # validated and resumed at T0
+    assert slurm.nodes["n0001"] == ("IDLE", "")
+    # A record the node spooled while it was being upgraded, sent after the resume.
+    late = drain_request("n0001", check="software.versions", action="quarantine")
+    late["started"] = record("n0001", at=T0 - 120)["started"]
+    [d] = decider.decide([late])
+    assert (d.done, d.changed) == ("none", False)
+    assert "superseded" in d.detail and "upgrade" in d.detail
+    assert slurm.nodes["n0001"] == ("IDLE", "")
+    # A record taken after the resume still drains.
+    fresh = drain_request("n0001", check="software.versions", action="quarantine")
+    fresh["started"] = record("n0001", at=T0 + 30)["started"]
+    [d] = decider.decide([fresh])
+    assert d.done == "drained"
