@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuforge.errors import InputError, Interrupted
+from gpuforge.errors import InputError, Interrupted, OperationError
 from gpuforge.execution import artifacts, shards
 from gpuforge.execution.executors import ExecutionHost, local_hosts, preflight
 from gpuforge.execution.stream import Event, ShardRun, build_project, stream_shard
@@ -37,6 +38,7 @@ from gpuforge.playbook import HostStats, RunResult, strategy_settings
 
 #: The health role's prebuilt node checker (a path on the machine that runs Ansible).
 HEALTH_BUNDLE_VAR = "health_bundle_src"
+BUNDLE_TIMEOUT_S = 120
 #: Attempts of one shard before its remaining hosts are given up as failed.
 MAX_ATTEMPTS = 3
 DEFAULT_LOCAL_WORKERS = 2
@@ -153,7 +155,7 @@ def run_sharded(
             # The health role builds the node checker with the gpuforge package of the Python
             # that runs Ansible; an execution host's runner has no gpuforge. Built once here
             # and shipped with the project, it is also the same file for every shard.
-            bundle.build(project / bundle.NAME)
+            _build_checker(project / bundle.NAME)
             extras[HEALTH_BUNDLE_VAR] = "{{ playbook_dir }}/../" + bundle.NAME
         job = _Job(
             inv=inv,
@@ -179,6 +181,29 @@ def run_sharded(
             result.status = "failed"
         _write_record(result)
     return result
+
+
+def _build_checker(out: Path) -> None:
+    """``python -m gpuforge.node.bundle OUT`` in a fresh interpreter, as the health role runs it.
+
+    Built inside this process the archive's bytecode differs with what the process has imported
+    (marshal marks objects by their reference counts), so every run would install a "changed"
+    checker on every node (seen on d2exec: 1 change per converged node).
+    """
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "gpuforge.node.bundle", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=BUNDLE_TIMEOUT_S,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        raise OperationError(f"building the node checker took over {BUNDLE_TIMEOUT_S} s") from None
+    except subprocess.CalledProcessError as exc:
+        raise OperationError(
+            f"building the node checker failed: {exc.stderr.strip()[-300:]}"
+        ) from None
 
 
 def _all_done(result: ShardedResult, hosts: Sequence[str]) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -148,6 +151,7 @@ BUNDLE_PLAY = """\
     - name: Stat the checker on the machine that runs Ansible
       ansible.builtin.stat:
         path: "{{ health_bundle_src }}"
+        checksum_algorithm: sha256
       register: checker
       delegate_to: localhost
     - name: Assert it came with the shard's project
@@ -155,6 +159,12 @@ BUNDLE_PLAY = """\
         that:
           - checker.stat.exists
           - checker.stat.path.startswith(playbook_dir | dirname)
+    - name: Write its checksum down
+      ansible.builtin.copy:
+        content: "{{ checker.stat.checksum }}"
+        dest: "{{ checksum_file }}"
+        mode: "0644"
+      delegate_to: localhost
 """
 
 
@@ -164,6 +174,23 @@ def test_the_node_checker_is_built_once_and_shipped_with_the_project(
     # An execution host's runner has no gpuforge package to build the checker with.
     play = tmp_path / "bundle_play.yml"
     play.write_text(BUNDLE_PLAY)
-    result = run_sharded(play, cluster, ["gpu01"], None, artifact_dir=tmp_path / "art")
+    result = run_sharded(
+        play,
+        cluster,
+        ["gpu01"],
+        None,
+        artifact_dir=tmp_path / "art",
+        extravars={"checksum_file": str(tmp_path / "sum")},
+    )
     assert result.failed == {}
     assert result.status == "successful"
+    # Byte for byte the archive the health role builds itself (a fresh interpreter): built in
+    # this process, its bytecode differed and every converged node took a "changed" checker.
+    subprocess.run(
+        [sys.executable, "-m", "gpuforge.node.bundle", str(tmp_path / "role.pyz")],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    role = hashlib.sha256((tmp_path / "role.pyz").read_bytes()).hexdigest()
+    assert (tmp_path / "sum").read_text() == role
