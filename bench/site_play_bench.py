@@ -84,8 +84,8 @@ def _child(mode: str) -> None:
         ) and not (event.get("event_data") or {}).get("res", {}).get("results"):
             host_tasks += 1
 
-    if mode.startswith("workers"):
-        _child_sharded(int(mode.removeprefix("workers")), count)
+    if mode.startswith("workers") or mode in ("controller", "exechosts"):
+        _child_sharded(mode, count, lambda: host_tasks)
         return
     env: dict[str, str] = {}
     forks = 16
@@ -124,11 +124,14 @@ def _child(mode: str) -> None:
     sys.stdout.write(json.dumps(out) + "\n")
 
 
-def _child_sharded(workers: int, count: Any) -> None:
-    """In the subprocess: the site play on the GPU nodes, one shard per SU, ``workers`` at once.
+def _child_sharded(mode: str, count: Any, host_tasks: Any) -> None:
+    """In the subprocess: the site play on the GPU nodes only, one way of running it.
 
-    Through the scale-out executor (:func:`gpuforge.execution.run_sharded`) with local workers:
-    the same ansible-runner transmit / worker / process path an execution host runs.
+    ``workersN``: through the scale-out executor (:func:`gpuforge.execution.run_sharded`), one
+    shard per SU, on N local workers (the same ansible-runner transmit / worker / process path
+    an execution host runs); ``exechosts``: the same on the execution hosts the lab's site layer
+    names (``gpuforge_execution_hosts``); ``controller``: one ``ansible-playbook`` on the
+    controller (:func:`gpuforge.playbook.run_playbook`, gpuforge's defaults).
     """
     import tempfile  # noqa: PLC0415 - only this mode needs them
 
@@ -137,40 +140,59 @@ def _child_sharded(workers: int, count: Any) -> None:
         run_sharded,
         shards,
     )
-    from gpuforge.inventory.reader import read_generated_hosts  # noqa: PLC0415
+    from gpuforge.execution.executors import from_inventory  # noqa: PLC0415
+    from gpuforge.inventory.reader import list_inventory, read_generated_hosts  # noqa: PLC0415
     from gpuforge.lab import cluster  # noqa: PLC0415
+    from gpuforge.playbook import run_playbook  # noqa: PLC0415
 
     inv = cluster.inventory_dir(LAB)
     generated = read_generated_hosts(inv)
     infra = set(shards.infra_hosts(generated))
     gpu = sorted(h for h in shards.su_of(generated) if h not in infra)
+    if mode == "exechosts":
+        executors = from_inventory(list_inventory(inv.root))
+    elif mode.startswith("workers"):
+        executors = local_hosts(int(mode.removeprefix("workers")))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="site-play-bench-") as tmp:
-        result = run_sharded(
-            "site.yml",
-            inv,
-            gpu,
-            local_hosts(workers),
-            artifact_dir=Path(tmp),
-            on_event=count,
-            timeout_s=TIMEOUT_S,
-        )
+        if mode == "controller":
+            result = run_playbook(
+                "site.yml",
+                inv.sources,
+                limit=",".join(gpu),
+                artifact_dir=Path(tmp),
+                on_event=count,
+                timeout_s=TIMEOUT_S,
+            )
+            shard_count = 1
+        else:
+            sharded = run_sharded(
+                "site.yml",
+                inv,
+                gpu,
+                executors,
+                artifact_dir=Path(tmp),
+                on_event=count,
+                timeout_s=TIMEOUT_S,
+            )
+            result = sharded.as_run_result()
+            shard_count = len({a.shard for a in sharded.attempts})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     me = resource.getrusage(resource.RUSAGE_SELF)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     out = {
-        "mode": f"workers{workers}",
+        "mode": mode,
         "strategy": result.strategy,
         "status": result.status,
         "wall_s": wall,
         "cpu_s": cpu + me.ru_utime + me.ru_stime,
-        "host_tasks": 0,
+        "host_tasks": host_tasks(),
         "hosts": len(result.hosts),
         "changed": sum(s.changed for s in result.hosts.values()),
         "failed": sorted(result.failed) + sorted(result.unreachable),
-        "shards": len({a.shard for a in result.attempts}),
+        "shards": shard_count,
     }
     sys.stdout.write(json.dumps(out) + "\n")
 
@@ -212,9 +234,23 @@ def model(cpu_per_host_task: float, tasks_per_host: float, floor_s: float) -> di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--child", choices=("stock", "gpuforge", "converge", "workers1", "workers2")
+        "--child",
+        choices=(
+            "stock",
+            "gpuforge",
+            "converge",
+            "workers1",
+            "workers2",
+            "controller",
+            "exechosts",
+        ),
     )
     parser.add_argument("--converge", action="store_true", help="converge the lab once first")
+    parser.add_argument(
+        "--scaleout",
+        action="store_true",
+        help="only the GPU nodes' play: one controller vs the lab's execution hosts",
+    )
     args = parser.parse_args()
     if args.child:
         _child(args.child)
@@ -231,6 +267,9 @@ def main() -> int:
     os.environ["ANSIBLE_CONFIG"] = str(cluster.state_dir(LAB) / "ansible.cfg")
     if args.converge:
         _say(json.dumps(_run("converge")))
+    if args.scaleout:
+        _sharded()
+        return 0
     runs: dict[str, list[dict[str, Any]]] = {"stock": [], "gpuforge": []}
     for _ in range(REPEAT):
         for mode, done in runs.items():
@@ -269,21 +308,40 @@ def main() -> int:
 
 
 def _sharded() -> None:
-    """One execution slot vs two on the GPU nodes (one shard per SU), interleaved."""
-    walls: dict[int, list[float]] = {1: [], 2: []}
+    """The GPU nodes' site play, one way against another, interleaved.
+
+    With execution hosts in the lab's site layer (``gpuforge_execution_hosts``, as the d2exec
+    lab of tests/integration/test_scaleout.py has): one ``ansible-playbook`` on the controller
+    vs one shard per SU streamed to those hosts. Without: one local execution slot vs two.
+    """
+    from gpuforge.execution.executors import from_inventory  # noqa: PLC0415
+    from gpuforge.inventory.reader import list_inventory  # noqa: PLC0415
+    from gpuforge.lab import cluster  # noqa: PLC0415
+
+    named = [e.name for e in from_inventory(list_inventory(cluster.inventory_dir(LAB).root))]
+    modes = ("controller", "exechosts") if named else ("workers1", "workers2")
+    labels = {
+        "controller": "1 controller",
+        "exechosts": f"{len(named)} execution hosts ({', '.join(named)})",
+        "workers1": "1 execution slot (local)",
+        "workers2": "2 execution slots (local)",
+    }
+    walls: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(REPEAT):
-        for workers, done in walls.items():
-            r = _run(f"workers{workers}")
+        for mode, done in walls.items():
+            r = _run(mode)
             _say(
-                f"  workers={workers} {r['hosts']} GPU nodes in {r['shards']} shards"
-                f" {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s CPU changed={r['changed']}"
-                f" load {r['load']:.0f}"
+                f"  {labels[mode]}: {r['hosts']} GPU nodes in {r['shards']} shards"
+                f" {r['wall_s']:7.1f} s wall {r['cpu_s']:7.1f} s controller CPU"
+                f" {r['host_tasks']} host-tasks changed={r['changed']} load {r['load']:.1f}"
             )
+            if r["failed"]:
+                _say(f"    failed/unreachable: {', '.join(r['failed'])}")
             done.append(r["wall_s"])
-    one, two = (statistics.median(walls[w]) for w in (1, 2))
+    one, two = (statistics.median(walls[m]) for m in modes)
     _say(
-        f"\nSite play on the GPU nodes through ansible-runner streaming (local workers), median of"
-        f" {REPEAT}:\n  1 execution slot {one:.1f} s, 2 slots {two:.1f} s: {one / two:.2f}x"
+        f"\nSite play on the GPU nodes of {LAB}, median of {REPEAT} interleaved:\n"
+        f"  {labels[modes[0]]} {one:.1f} s, {labels[modes[1]]} {two:.1f} s: {one / two:.2f}x"
     )
 
 
