@@ -94,6 +94,7 @@ bench: setup ## Print measured performance figures
 	$(PY) bench/monitoring_bench.py
 	$(PY) bench/conformance_bench.py
 	$(PY) bench/site_play_bench.py
+	LAB=d2exec REPEAT=1 $(PY) bench/site_play_bench.py --scaleout
 
 .PHONY: deploy-phase
 # With a lab spec (lab.yaml, lab-roce.yaml: named as their file), deploy-phase first brings that
