@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: Where a lab's spec lives: the bench's own, else the integration tests'.
+SPEC_DIRS = (Path("bench/specs"), Path("tests/integration/specs"))
 LAB = os.environ.get("LAB", "d2perf")
 REPEAT = int(os.environ.get("REPEAT", "2"))
 TIMEOUT_S = 3600
@@ -259,9 +261,13 @@ def main() -> int:
     from gpuforge.lab import cluster  # noqa: PLC0415
 
     if not (cluster.state_dir(LAB) / "ansible.cfg").is_file():
+        spec = next(
+            (d / f"{LAB}.yaml" for d in SPEC_DIRS if (REPO / d / f"{LAB}.yaml").is_file()),
+            Path("bench/specs") / f"{LAB}.yaml",
+        )
         _say(
             f"site play bench: skipped, lab {LAB} is not up"
-            f" (gpuforge lab up bench/specs/{LAB}.yaml, then --converge)"
+            f" (gpuforge lab up {spec}, then --converge)"
         )
         return 0
     os.environ["ANSIBLE_CONFIG"] = str(cluster.state_dir(LAB) / "ansible.cfg")
