@@ -71,20 +71,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
 
 
-def run(env: dict[str, str], *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUFORGE, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
+run = upgrading.gpuforge
 
 
 def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cluster.ssh_command(LAB, node, list(argv)),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return upgrading.ssh(LAB, node, *argv, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +40,6 @@ NODES = ("ugpu01", "ugpu02", "ugpu03", "ugpu04")
 JOB_NODES = ("ugpu01", "ugpu03")
 NEW = {"nvidia_driver": "570.133.20", "nccl": "2.26.2"}
 MAX_OUT = 2  # --max-fraction 0.5 of 32 GPUs: one leaf of 2 nodes at once
-GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 LOG = logging.getLogger(__name__)
 
 
@@ -61,20 +58,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
 
 
-def run(env: dict[str, str], *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUFORGE, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-
-
-def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cluster.ssh_command(LAB, node, list(argv)),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+run = upgrading.gpuforge
 
 
 @pytest.fixture(scope="module")
