@@ -1,7 +1,8 @@
 """Nightly conformance on an admitted lab (issue 17 item 6), through Slurm and the collector.
 
-The lab ``d2conf`` (specs/d2conf.yaml: cctl01 + cgpu01-04) is deployed and admitted; the node
-checker is installed on the GPU nodes as the health role installs it (zipapp + health.yaml).
+The lab ``d2conf`` (specs/d2conf.yaml: cctl01 + cgpu01-04) is deployed and admitted, the node
+checker installed on the GPU nodes by the health role as on any cluster (zipapp + health.yaml).
+
 Drift is injected on chosen nodes — the simulator's ``wrong_nccl`` and an edited
 ``/etc/nccl.conf`` on cgpu01, a changed sysctl file and a stopped ``nvidia-dcgm`` on cgpu02, the
 simulator's ``missing_peermem`` (a kernel module gone) on cgpu03 — and cgpu04 runs an ``sbatch``
@@ -26,9 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuforge.lab import cluster, podman
+from gpuforge.lab import cluster, files, podman
 from gpuforge.lab.paths import CONTAINERS_CONF
-from gpuforge.node import bundle
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -37,10 +37,10 @@ LAB = "d2conf"
 CONTROLLER = "cctl01"
 GPUS = ["cgpu01", "cgpu02", "cgpu03", "cgpu04"]
 GATEWAY = "10.217.51.1"
-PORT = 9479
+#: Where the health role's config (the lab's site layer) sends the nodes' records.
+PORT = files.HEALTH_COLLECTOR_PORT
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 ROOT = Path(__file__).resolve().parents[2]
-SIM_SYSFS = "/var/lib/gpuforge-sim/sys"
 
 #: What each node must report, and nothing else.
 INJECTED = {
@@ -80,10 +80,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str]) -> Iterator[Path]:
-    """The admitted d2conf lab with the node checker installed; yields its inventory."""
+    """The admitted d2conf lab (the health role installed the node checker); yields its
+    inventory."""
     inventory = cluster.state_dir(LAB) / "inventory"
     if os.environ.get("GPUFORGE_REUSE_LAB"):  # an admitted d2conf lab from an earlier run
-        install_checker(inventory)
         yield inventory
         return
     try:
@@ -94,38 +94,10 @@ def lab(env: dict[str, str]) -> Iterator[Path]:
             "--inventory", str(inventory), timeout=3600,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        install_checker(inventory)
         yield inventory
     finally:
         if not os.environ.get("GPUFORGE_KEEP_LAB"):
             cluster.down(LAB)
-
-
-def install_checker(inventory: Path, checks: dict[str, Any] | None = None) -> None:
-    """What the health role does for the checker: the zipapp and a health.yaml per node
-    (``sysfs_root`` the simulator's tree, as the lab's site layer gives node_exporter)."""
-    pyz = bundle.build(Path(os.environ.get("TMPDIR", "/tmp")) / "d2conf-node")
-    topology = json.loads((inventory / "generated" / "topology.json").read_text())
-    nodes = {n["hostname"]: n for n in topology["nodes"]}
-    for node in GPUS:
-        container = f"{LAB}-{node}"
-        podman.put_file(container, pyz.read_bytes(), "/opt/gpuforge/gpuforge-node.pyz")
-        config = {
-            "version": 1,
-            "node": node,
-            "collector": {"url": f"http://{GATEWAY}:{PORT}", "timeout_s": 2},
-            "sysfs_root": SIM_SYSFS,
-            "checks": checks or {},
-            "expect": {
-                "gpus": 8,
-                "gpu_model": "H100-SXM-80GB",
-                "rails": [
-                    {"device": r[1], "port": 1, "netdev": r[2], "rate_gbps": 400, "mtu": 4096}
-                    for r in nodes[node]["rails"]
-                ],
-            },
-        }
-        podman.put_file(container, yaml.safe_dump(config).encode(), "/etc/gpuforge/health.yaml")
 
 
 def run_conformance(

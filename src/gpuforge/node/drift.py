@@ -37,6 +37,8 @@ KINDS = ("package", "file", "sysctl", "module", "service", "limit", "slurm", "fi
 PROBE_TIMEOUT = 10.0
 #: The name of the drift check in records, reasons and metrics.
 CHECK = "conformance.drift"
+#: Where systemd-sysctl reads ``*.conf`` at boot, in order of precedence (sysctl.d(5)).
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d")
 #: Files bigger than this are not hashed (a rendered config file never is).
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -139,6 +141,10 @@ class System(Protocol):
 
     def sysctl(self, key: str) -> str | None:
         """The live value (whitespace normalized), or None when the key does not exist."""
+
+    def sysctls_at_boot(self) -> dict[str, str] | None:
+        """What the sysctl.d files set at boot where ``/proc/sys`` is read-only (a container,
+        which cannot hold live values), else None."""
 
     def modules(self) -> set[str]:
         """Loaded kernel modules."""
@@ -263,6 +269,28 @@ def _guard(report: DriftReport, kind: str, fn: Any, *args: Any) -> Any:
         return None
 
 
+def _compare_sysctls(report: DriftReport, expected: Expected, system: System) -> None:
+    at_boot: dict[str, str] | None = None
+    for key, want in sorted(expected.sysctls.items()):
+        report.compared += 1
+        try:
+            got = system.sysctl(key)
+            if got == want:
+                continue
+            # Nothing can set a read-only /proc/sys (a container's): there the values the node
+            # applies at boot are judged, as the validators' fabric.sysctls does.
+            at_boot = system.sysctls_at_boot() if at_boot is None else at_boot
+        except ProbeError as exc:
+            report.errors.append(f"sysctl: {exc}")
+            continue
+        actual = got or "absent"
+        if at_boot is not None:
+            if at_boot.get(key) == want:
+                continue
+            actual = f"{at_boot.get(key, 'unset')} at boot (/proc/sys read-only)"
+        report.items.append(DriftItem("sysctl", key, want, actual, expected.role))
+
+
 def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noqa: PLR0912
     """Every difference between ``expected`` and what ``system`` reads from the node."""
     report = DriftReport()
@@ -291,11 +319,7 @@ def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noq
                 continue
             if got != want:
                 report.items.append(DriftItem("file", path, want, got or "missing", e.role))
-        for key, want in sorted(e.sysctls.items()):
-            report.compared += 1
-            got = _guard(report, "sysctl", system.sysctl, key)
-            if got != want:
-                report.items.append(DriftItem("sysctl", key, want, got or "absent", e.role))
+        _compare_sysctls(report, e, system)
 
     wanted_modules = {m: e.role for e in todo for m in e.modules}
     if wanted_modules:
@@ -467,6 +491,46 @@ class LiveSystem:
             return None
         except OSError as exc:
             raise ProbeError(f"{key}: {exc.strerror or exc}") from None
+
+    def sysctls_at_boot(self) -> dict[str, str] | None:
+        """The sysctl.d files' values when ``/proc/sys`` is mounted read-only, else None.
+
+        Read as systemd-sysctl does at boot: a file name in an earlier directory hides the same
+        name in a later one, files apply in name order, a later assignment wins, and a leading
+        ``-`` (ignore the key if absent) is not part of the key.
+        """
+        try:
+            mounts = (self.root / "proc/self/mounts").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        options = [
+            f[3].split(",")
+            for f in (m.split() for m in mounts.splitlines())
+            if len(f) > 3 and f[1] == "/proc/sys"
+        ]
+        if not options or "ro" not in options[-1]:
+            return None
+        files: dict[str, Path] = {}
+        for directory in SYSCTL_DIRS:
+            try:
+                found = sorted((self.root / directory.lstrip("/")).glob("*.conf"))
+            except OSError:
+                continue
+            for path in found:
+                files.setdefault(path.name, path)
+        values: dict[str, str] = {}
+        for name in sorted(files):
+            try:
+                text = files[name].read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise ProbeError(f"{files[name]}: {exc.strerror or exc}") from None
+            for raw in text.splitlines():
+                line = raw.strip()
+                if not line or line[0] in "#;" or "=" not in line:
+                    continue
+                key, value = line.split("=", 1)
+                values[key.strip().lstrip("-").replace("/", ".")] = " ".join(value.split())
+        return values
 
     def modules(self) -> set[str]:
         """Names in ``lsmod`` (what the validators read too)."""

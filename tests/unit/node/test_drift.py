@@ -38,6 +38,8 @@ class FakeNode:
         default_factory=lambda: {"nvidia-dcgm": (True, True), "slurmd": (True, True)}
     )
     broken: set[str] = field(default_factory=set)
+    #: What sysctl.d sets at boot when /proc/sys is read-only (a container); None: writable.
+    at_boot: dict[str, str] | None = None
 
     def packages(self, names: Sequence[str]) -> dict[str, str]:
         if "package" in self.broken:
@@ -49,7 +51,12 @@ class FakeNode:
         return None if text is None else _sha(text)
 
     def sysctl(self, key: str) -> str | None:
+        if "sysctl" in self.broken:
+            raise drift.ProbeError(f"{key}: Permission denied")
         return self.sysctl_values.get(key)
+
+    def sysctls_at_boot(self) -> dict[str, str] | None:
+        return self.at_boot
 
     def modules(self) -> set[str]:
         if "module" in self.broken:
@@ -245,6 +252,50 @@ def test_live_system_reads_files_and_sysctls_under_a_root(tmp_path: Path) -> Non
     assert live.sysctl("net.core.absent") is None
     assert live.file_digest("/etc/nccl.conf") == _sha(NCCL_CONF)
     assert live.file_digest("/etc/absent") is None
+
+
+def test_a_read_only_proc_sys_is_judged_by_what_the_node_applies_at_boot(
+    tmp_path: Path, node: FakeNode
+) -> None:
+    _write(tmp_path)
+    node.sysctl_values.clear()  # a container's namespace: the key is not there at all
+    node.at_boot = {"net.core.rmem_max": "268435456"}
+    assert drift.run(tmp_path, node).items == []
+    node.at_boot = {"net.core.rmem_max": "4096"}
+    report = drift.run(tmp_path, node)
+    assert [(i.item, i.actual) for i in report.items] == [
+        ("net.core.rmem_max", "4096 at boot (/proc/sys read-only)")
+    ]
+
+
+def test_a_sysctl_that_cannot_be_read_is_an_error_not_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write(tmp_path)
+    node.broken.add("sysctl")
+    report = drift.run(tmp_path, node)
+    assert report.items == []
+    assert report.errors == ["sysctl: net.core.rmem_max: Permission denied"]
+    assert report.check()["status"] == "error"
+
+
+def test_boot_values_are_read_as_systemd_sysctl_does(tmp_path: Path) -> None:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    mounts = "proc /proc proc rw,nosuid 0 0\nproc /proc/sys proc ro,nosuid,nodev 0 0\n"
+    (tmp_path / "proc/self/mounts").write_text(mounts)
+    for directory, name, text in [
+        ("usr/lib/sysctl.d", "50-default.conf", "net.core.rmem_max = 1\nvm.swappiness=60\n"),
+        ("etc/sysctl.d", "50-default.conf", "vm.swappiness = 10\n"),  # hides the vendor file
+        ("etc/sysctl.d", "90-gpuforge-infiniband.conf", "-net.ipv4.conf.ib0.arp_announce = 1\n"),
+        ("etc/sysctl.d", "99-late.conf", "# a comment\n; another\nnet/core/somaxconn =  4096 \n"),
+    ]:
+        (tmp_path / directory).mkdir(parents=True, exist_ok=True)
+        (tmp_path / directory / name).write_text(text)
+    assert drift.LiveSystem(tmp_path).sysctls_at_boot() == {
+        "vm.swappiness": "10",
+        "net.ipv4.conf.ib0.arp_announce": "1",
+        "net.core.somaxconn": "4096",
+    }
+    (tmp_path / "proc/self/mounts").write_text(mounts.replace("ro,nosuid,nodev", "rw,nosuid"))
+    assert drift.LiveSystem(tmp_path).sysctls_at_boot() is None
 
 
 def test_slurm_hostlist_expansion_keeps_zero_padding() -> None:

@@ -136,6 +136,16 @@ def test_mtu_below_the_declared_one_fails(tmp_path: Path) -> None:
     assert (got.status, got.action) == ("fail", "quarantine")
 
 
+def test_ipoib_datagram_mode_mtu_passes(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    node.only("fabric.mtu")
+    node.set_mtu("ib0", 4092)  # 4096 less the IPoIB header: datagram mode
+    node.set_mtu("ib1", 4092)
+    got = node.run().record.check("fabric.mtu")
+    assert got is not None
+    assert got.status == "pass"
+
+
 def test_counter_growth_over_the_window_fails_and_a_reset_restarts(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     node.only("fabric.counters")
