@@ -5,11 +5,11 @@ checker installed on the GPU nodes by the health role as on any cluster (zipapp 
 
 Drift is injected on chosen nodes — the simulator's ``wrong_nccl`` and an edited
 ``/etc/nccl.conf`` on cgpu01, a changed sysctl file and a stopped ``nvidia-dcgm`` on cgpu02, the
-simulator's ``missing_peermem`` (a kernel module gone) on cgpu03 — and cgpu04 runs an ``sbatch``
-sleep job. ``gpuforge conformance run`` (one job array in the hidden partition, records through
-an in-process collector on the lab gateway) must report exactly those items on exactly those
-nodes, skip cgpu04 without touching its job, and after the roles are re-applied the second run's
-report must show every item fixed. ``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run,
+simulator's ``missing_peermem`` (a kernel module gone) and a Slurm ``Weight`` set by hand on
+cgpu03 — and cgpu04 runs an ``sbatch`` sleep job. ``gpuforge conformance run`` (one job array in
+the hidden partition, records through an in-process collector on the lab gateway) must report
+exactly those items on exactly those nodes, skip cgpu04 without touching its job, and after the
+roles are re-applied the second run's report must show every item fixed. ``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run,
 ``GPUFORGE_REUSE_LAB=1`` uses an admitted d2conf lab as it is (no lab up, no deploy).
 """
 
@@ -47,7 +47,8 @@ INJECTED = {
     # wrong_nccl moves both NCCL packages, as a real downgrade of the pair would
     "cgpu01": {("package", "libnccl2"), ("package", "libnccl-dev"), ("file", "/etc/nccl.conf")},
     "cgpu02": {("file", "/etc/sysctl.d/90-gpuforge.conf"), ("service", "nvidia-dcgm")},
-    "cgpu03": {("module", "nvidia_peermem")},
+    # and a Weight set by hand in Slurm (scontrol update), found by the controller
+    "cgpu03": {("module", "nvidia_peermem"), ("slurm", "Weight")},
 }
 
 
@@ -141,6 +142,8 @@ def inject(env: dict[str, str], tmp: Path) -> str:
         on("cgpu02", "echo 'vm.swappiness = 1' >> /etc/sysctl.d/90-gpuforge.conf").returncode == 0
     )
     assert on("cgpu02", "systemctl stop nvidia-dcgm").returncode == 0
+    weighted = ctl(env, "scontrol", "update", "NodeName=cgpu03", "Weight=100")
+    assert weighted.returncode == 0, weighted.stdout + weighted.stderr
     job = ctl(env, "sbatch", "--parsable", "-w", "cgpu04", "--exclusive", "--wrap", "sleep 1200")
     assert job.returncode == 0, job.stdout + job.stderr
     job_id = job.stdout.strip().split(";")[0]
@@ -171,6 +174,7 @@ def test_conformance_finds_exactly_the_injected_drift_and_then_what_was_fixed(
     assert still.stdout.strip() == "RUNNING"  # the job was not disturbed
 
     ctl(env, "scancel", job_id)
+    assert ctl(env, "scontrol", "update", "NodeName=cgpu03", "Weight=1").returncode == 0
     cleared = tmp_path / "clear.yaml"
     cleared.write_text("version: 1\nfaults: []\n")
     assert gpuforge(env, "lab", "faults", str(cleared), "--lab", LAB).returncode == 0

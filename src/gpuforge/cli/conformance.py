@@ -23,7 +23,7 @@ import click
 from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.command import CommandRunner, SshRunner
-from gpuforge.conformance import plan, report
+from gpuforge.conformance import judge, plan, report
 from gpuforge.conformance.run import LEVELS, Deps, Fleet, Options, Outcome, Raw, run
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health import fleet as health_fleet
@@ -70,7 +70,14 @@ def _fleet(root: Path) -> tuple[str, Fleet]:
         )
         for n in hf.nodes
     }
-    return hf.name, Fleet(hf.nodes, placement, types)
+    nodes_conf = InventoryDir.open(root).generated / "slurm" / "nodes.conf"
+    try:
+        slurm = judge.desired_slurm(nodes_conf.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        slurm = {}  # a fleet without Slurm (--no-slurm): nothing to compare
+    except OSError as exc:
+        raise InputError(f"{nodes_conf}: {exc.strerror or exc}") from None
+    return hf.name, Fleet(hf.nodes, placement, types, slurm)
 
 
 def _history(state_dir: Path, cluster: str, *, create: bool) -> ConformanceHistory:

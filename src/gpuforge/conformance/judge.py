@@ -1,21 +1,32 @@
-"""From each node's record to its outcome; firmware compared across the node type."""
+"""From each node's record to its outcome; firmware compared across the node type, Slurm's view
+of each node compared with the generated ``nodes.conf``."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+import hostlist
+
 from gpuforge.errors import InputError
 from gpuforge.history.conformance import NodeResult
 from gpuforge.node import record as node_record
+from gpuforge.slurm.control import SlurmNode
 from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Tier, decide
 
 #: The check whose ``measured`` carries the node's firmware versions (shadow on the node).
 FIRMWARE_CHECK = "conformance.firmware"
 #: The check a firmware odd-one-out fails (it joins the drift check in the drain reason).
 DRIFT_CHECK = "conformance.drift"
+#: The settings of a ``NodeName=`` line compared with ``scontrol show node`` (its field for each).
+#: The nodes are configless, so only the controller holds these lines: it compares them, once,
+#: from the ``scontrol show node`` that selected the idle nodes. ``Weight`` unset in the line is 1.
+SLURM_SETTINGS = {"Gres": "Gres", "Features": "AvailableFeatures", "Weight": "Weight"}
+#: A GRES's socket binding as ``scontrol`` appends it (``gpu:h100:8(S:0-1)``).
+_GRES_SOCKETS = re.compile(r"\(S:[^)]*\)")
 
 
 def judge(
@@ -86,8 +97,50 @@ def firmware_outliers(
     return out
 
 
-def with_firmware(result: NodeResult, items: list[tuple[str, str, str, str]]) -> NodeResult:
-    """``result`` with firmware drift added (a passing node then fails ``conformance.drift``)."""
+def desired_slurm(nodes_conf: str) -> dict[str, dict[str, str]]:
+    """Each node's :data:`SLURM_SETTINGS` from the ``NodeName=`` lines of a generated
+    ``nodes.conf``."""
+    out: dict[str, dict[str, str]] = {}
+    for raw in nodes_conf.splitlines():
+        fields = dict(p.split("=", 1) for p in raw.split("#", 1)[0].split() if "=" in p)
+        names = fields.get("NodeName", "")
+        if not names or names == "DEFAULT":
+            continue
+        wanted = {"Weight": "1"} | {k: fields[k] for k in SLURM_SETTINGS if k in fields}
+        for node in hostlist.expand_hostlist(names):
+            out[node] = wanted
+    return out
+
+
+def _slurm_value(key: str, value: str) -> str:
+    value = "" if value in {"(null)", "(none)"} else value
+    if key == "Gres":
+        value = _GRES_SOCKETS.sub("", value)
+    if key in {"Gres", "Features"}:
+        return ",".join(sorted(v for v in value.split(",") if v))
+    return value
+
+
+def slurm_drift(
+    desired: Mapping[str, Mapping[str, str]], states: Mapping[str, SlurmNode]
+) -> dict[str, list[tuple[str, str, str, str]]]:
+    """Nodes whose settings in Slurm differ from the generated ``nodes.conf`` (someone ran
+    ``scontrol update``, or edited the controller's file and reconfigured)."""
+    out: dict[str, list[tuple[str, str, str, str]]] = {}
+    for node, wanted in sorted(desired.items()):
+        state = states.get(node)
+        if state is None:
+            continue
+        for key, want in sorted(wanted.items()):
+            got = state.fields.get(SLURM_SETTINGS[key], "")
+            if _slurm_value(key, got) != _slurm_value(key, want):
+                out.setdefault(node, []).append(("slurm", key, want, got or "unset"))
+    return out
+
+
+def with_drift(result: NodeResult, items: list[tuple[str, str, str, str]]) -> NodeResult:
+    """``result`` with drift the controller found added (firmware, Slurm): a passing node then
+    fails ``conformance.drift``."""
     if not items or result.outcome in {"not_checked", "error"}:
         return result
     failed = result.failed

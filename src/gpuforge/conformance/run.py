@@ -58,6 +58,8 @@ class Fleet:
     nodes: Sequence[str]
     placement: Mapping[str, Placement] = field(default_factory=dict)
     node_types: Mapping[str, str] = field(default_factory=dict)
+    #: Each node's Slurm settings as generated (:func:`judge.desired_slurm`).
+    slurm: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,7 +136,8 @@ def _one(
 ) -> Run:
     nodes = list(fleet.nodes)
     if deps.states is not None:
-        selection = plan.select(nodes, deps.states())
+        states = deps.states()
+        selection = plan.select(nodes, states)
         current = history.begin(
             opts.level,
             len(nodes),
@@ -145,7 +148,7 @@ def _one(
             current.id,
             [NodeResult(n, "not_checked", why) for n, why in selection.skipped.items()],
         )
-        results = _through_slurm(current, selection, fleet, history, opts, deps, notes)
+        results = _through_slurm(current, selection, fleet, history, opts, deps, notes, states)
     elif deps.ssh is not None:
         current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
         raw = deps.ssh(nodes, opts.level)
@@ -170,6 +173,7 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
     opts: Options,
     deps: Deps,
     notes: list[str],
+    states: Mapping[str, SlurmNode],
 ) -> dict[str, NodeResult]:
     """The idle nodes' array, and the conformance-drained nodes' array in a maintenance window
     (resumed inside it, decided through admission, restored): at most two sbatch calls."""
@@ -212,6 +216,7 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
             missing="no result: the task was preempted, did not start before the deadline, "
             "or failed before reporting",
             only=[*selection.idle, *recheck],
+            states=states,
         )
         if adm is not None and recheck:
             verdicts = [v for n in recheck if (v := judge.verdict(results[n])) is not None]
@@ -236,7 +241,11 @@ def _wait(jobs: Sequence[str], deps: Deps, opts: Options, *, deadline: float) ->
 
 
 def _judge_all(
-    fleet: Fleet, nodes: Sequence[str], raw: Mapping[str, Raw], missing: str
+    fleet: Fleet,
+    nodes: Sequence[str],
+    raw: Mapping[str, Raw],
+    missing: str,
+    states: Mapping[str, SlurmNode] | None = None,
 ) -> dict[str, NodeResult]:
     results = {n: judge.judge(n, raw.get(n), missing) for n in nodes}
     firmware = {
@@ -245,7 +254,11 @@ def _judge_all(
         if n in results and isinstance(r, Mapping) and results[n].outcome != "error"
     }
     for node, items in judge.firmware_outliers(firmware, fleet.node_types).items():
-        results[node] = judge.with_firmware(results[node], items)
+        results[node] = judge.with_drift(results[node], items)
+    if states:
+        desired = {n: fleet.slurm[n] for n in results if n in fleet.slurm}
+        for node, items in judge.slurm_drift(desired, states).items():
+            results[node] = judge.with_drift(results[node], items)
     return results
 
 
@@ -258,6 +271,7 @@ def _collect_into(
     *,
     missing: str,
     only: Sequence[str] | None = None,
+    states: Mapping[str, SlurmNode] | None = None,
 ) -> dict[str, NodeResult]:
     nodes = (
         list(only)
@@ -265,7 +279,7 @@ def _collect_into(
         else [n for n in fleet.nodes if n not in history.results(current.id)]
     )
     raw = deps.collect(jobs) if deps.collect is not None and jobs else {}
-    results = _judge_all(fleet, nodes, raw, missing)
+    results = _judge_all(fleet, nodes, raw, missing, states)
     history.add(current.id, results.values())
     return results
 
