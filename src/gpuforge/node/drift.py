@@ -80,7 +80,6 @@ class Expected:
     modules: tuple[str, ...] = ()
     services: Mapping[str, Mapping[str, bool]] = field(default_factory=dict)
     limits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    slurm: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -219,7 +218,6 @@ def parse_expected(path: Path, data: Any) -> Expected:
             modules=tuple(str(m) for m in modules),
             services=services,
             limits=limits,
-            slurm=_str_map(path, "slurm", data.get("slurm")),
         )
     if data.get("schema") == 1 and data.get("kind") in {"infiniband", "roce"}:
         # The fabric roles' own file: its sysctls are desired state too.
@@ -353,9 +351,6 @@ def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noq
                     report.items.append(
                         DriftItem("limit", f"{path}: {line}", line, "missing", e.role)
                     )
-        if e.slurm:
-            report.items += _slurm_drift(e, system)
-            report.compared += len(e.slurm) - 1
     return report
 
 
@@ -365,53 +360,6 @@ def _limit_lines(text: str) -> Iterable[str]:
         match = _LIMIT_LINE.match(line)
         if match:
             yield " ".join(match.groups())
-
-
-def _slurm_drift(e: Expected, system: System) -> list[DriftItem]:
-    """The node's line in the Slurm node file against the settings the slurm role recorded.
-
-    ``slurm`` holds ``conf`` (the file with the NodeName lines), ``node`` (this node's name) and
-    the settings (``Gres``, ``Features``, ``Weight``...).
-    """
-    conf = e.slurm.get("conf", "")
-    node = e.slurm.get("node", "")
-    wanted = {k: v for k, v in e.slurm.items() if k not in {"conf", "node"}}
-    text = system.read_text(conf) if conf else None
-    if text is None:
-        return [DriftItem("slurm", f"{conf or '(no file)'}", "present", "missing", e.role)]
-    have: dict[str, str] | None = None
-    for raw in text.splitlines():
-        fields = dict(part.split("=", 1) for part in raw.split("#", 1)[0].split() if "=" in part)
-        names = fields.get("NodeName", "")
-        if node and node in _expand(names):
-            have = fields
-            break
-    if have is None:
-        return [DriftItem("slurm", f"NodeName={node}", "defined", f"not in {conf}", e.role)]
-    return [
-        DriftItem("slurm", f"{node}.{key}", want, have.get(key, "unset"), e.role)
-        for key, want in sorted(wanted.items())
-        if have.get(key, "unset") != want
-    ]
-
-
-def _expand(names: str) -> set[str]:
-    """Node names of a Slurm expression ``gpu[01-04,07],cpu1`` (the node has no hostlist)."""
-    out: set[str] = set()
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", names):
-        match = re.fullmatch(r"(?P<head>[^\[]*)\[(?P<body>[^\]]*)\](?P<tail>.*)", part)
-        if match is None:
-            out.add(part)
-            continue
-        for rng in match.group("body").split(","):
-            lo, _, hi = rng.partition("-")
-            if not hi:
-                out.add(match.group("head") + lo + match.group("tail"))
-                continue
-            width = len(lo)
-            for n in range(int(lo), int(hi) + 1):
-                out.add(f"{match.group('head')}{n:0{width}d}{match.group('tail')}")
-    return out
 
 
 # -- the live node ------------------------------------------------------------------------------

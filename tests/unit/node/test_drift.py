@@ -174,32 +174,6 @@ def test_nothing_recorded_is_an_error_never_a_pass(tmp_path: Path, node: FakeNod
     assert drift.run(tmp_path / "absent", node).check()["status"] == "error"
 
 
-def test_slurm_node_settings_are_compared_with_the_node_line(tmp_path: Path) -> None:
-    fake = FakeNode()
-    fake.files["/etc/slurm/nodes.conf"] = (
-        "NodeName=gpu[01-02,04] Gres=gpu:8 Features=h100,ib Weight=10\n"
-    )
-    (tmp_path / "state").mkdir()
-    (tmp_path / "state" / "slurm.json").write_text(
-        json.dumps(
-            {
-                "schema": drift.EXPECTED_SCHEMA,
-                "role": "slurm",
-                "slurm": {
-                    "conf": "/etc/slurm/nodes.conf",
-                    "node": "gpu04",
-                    "Gres": "gpu:8",
-                    "Weight": "1",
-                },
-            }
-        )
-    )
-    items = drift.run(tmp_path, fake).items
-    assert [(i.kind, i.item, i.desired, i.actual) for i in items] == [
-        ("slurm", "gpu04.Weight", "1", "10")
-    ]
-
-
 def test_the_record_carries_the_drift_and_a_fail_verdict(tmp_path: Path, node: FakeNode) -> None:
     _write(tmp_path)
     node.loaded.discard("nvidia")
@@ -296,10 +270,6 @@ def test_boot_values_are_read_as_systemd_sysctl_does(tmp_path: Path) -> None:
     }
     (tmp_path / "proc/self/mounts").write_text(mounts.replace("ro,nosuid,nodev", "rw,nosuid"))
     assert drift.LiveSystem(tmp_path).sysctls_at_boot() is None
-
-
-def test_slurm_hostlist_expansion_keeps_zero_padding() -> None:
-    assert drift._expand("gpu[01-03,07],cpu1") == {"gpu01", "gpu02", "gpu03", "gpu07", "cpu1"}
 
 
 def test_held_packages_are_installed() -> None:
