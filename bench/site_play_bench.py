@@ -14,10 +14,11 @@ Both settings run ``playbooks/site.yml`` through gpuforge's own ansible-runner f
 (stock, gpuforge, stock, gpuforge, ...) so that the load of a shared machine hits both alike:
 
 - *stock*: Ansible's defaults: the ``linear`` strategy, 5 forks, ``gathering = implicit`` (facts
-  gathered by every play), a memory fact cache, no pipelining. Only the lab's SSH options
-  (its key, known_hosts, a control socket as Ansible's default ``ssh_args`` have) are kept.
+  gathered by every play), a memory fact cache, no pipelining, facts injected as ``ansible_*``
+  variables. Only the lab's SSH options (its key, known_hosts, a control socket as Ansible's
+  default ``ssh_args`` have) are kept.
 - *gpuforge*: the lab's ``ansible.cfg`` (gathering smart with the jsonfile fact cache,
-  pipelining, 16 forks) and the Mitogen strategy.
+  pipelining, 16 forks, ``inject_facts_as_vars = false``) and the Mitogen strategy.
 
 Controller CPU is the run's children's rusage (user + system: ansible-playbook, its forks, ssh
 and Mitogen's brokers) plus the child's own (ansible-runner's event handling), divided by the
@@ -59,6 +60,7 @@ STOCK_ENV = {
     "ANSIBLE_GATHERING": "implicit",
     "ANSIBLE_CACHE_PLUGIN": "memory",
     "ANSIBLE_PIPELINING": "False",
+    "ANSIBLE_INJECT_FACT_VARS": "True",
 }
 
 
