@@ -9,8 +9,9 @@ simulator's ``missing_peermem`` (a kernel module gone) and a Slurm ``Weight`` se
 cgpu03 — and cgpu04 runs an ``sbatch`` sleep job. ``gpuforge conformance run`` (one job array in
 the hidden partition, records through an in-process collector on the lab gateway) must report
 exactly those items on exactly those nodes, skip cgpu04 without touching its job, and after the
-roles are re-applied the second run's report must show every item fixed. ``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run,
-``GPUFORGE_REUSE_LAB=1`` uses an admitted d2conf lab as it is (no lab up, no deploy).
+roles are re-applied the second run's report must show every item fixed.
+``GPUFORGE_KEEP_LAB=1`` keeps the lab for another run, ``GPUFORGE_REUSE_LAB=1`` uses an admitted
+d2conf lab as it is (no lab up, no deploy).
 """
 
 from __future__ import annotations
