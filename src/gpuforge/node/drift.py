@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuforge.node import record
+from gpuforge.validate import checks
 
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
@@ -269,6 +270,7 @@ def _guard(report: DriftReport, kind: str, fn: Any, *args: Any) -> Any:
 
 def _compare_sysctls(report: DriftReport, expected: Expected, system: System) -> None:
     at_boot: dict[str, str] | None = None
+    asked = False  # sysctls_at_boot is read once, and only when a live value differs
     for key, want in sorted(expected.sysctls.items()):
         report.compared += 1
         try:
@@ -277,7 +279,8 @@ def _compare_sysctls(report: DriftReport, expected: Expected, system: System) ->
                 continue
             # Nothing can set a read-only /proc/sys (a container's): there the values the node
             # applies at boot are judged, as the validators' fabric.sysctls does.
-            at_boot = system.sysctls_at_boot() if at_boot is None else at_boot
+            if not asked:
+                at_boot, asked = system.sysctls_at_boot(), True
         except ProbeError as exc:
             report.errors.append(f"sysctl: {exc}")
             continue
@@ -472,12 +475,9 @@ class LiveSystem:
                 text = files[name].read_text(encoding="utf-8", errors="replace")
             except OSError as exc:
                 raise ProbeError(f"{files[name]}: {exc.strerror or exc}") from None
-            for raw in text.splitlines():
-                line = raw.strip()
-                if not line or line[0] in "#;" or "=" not in line:
-                    continue
-                key, value = line.split("=", 1)
-                values[key.strip().lstrip("-").replace("/", ".")] = " ".join(value.split())
+            # The validators' own reading of ``key = value`` lines (fabric.sysctls).
+            for key, value in checks.parse_kv(text).items():
+                values[key.lstrip("-").replace("/", ".")] = " ".join(value.split())
         return values
 
     def modules(self) -> set[str]:
