@@ -1,0 +1,133 @@
+#!/usr/bin/python
+"""Ansible module: record a role's desired state for nightly conformance (one task per role)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: gpuforge_expected_state
+short_description: Write /etc/gpuforge/expected/state/<role>.json, the desired state a role left
+description:
+  - Reads the installed versions of the listed packages (dpkg-query, or rpm on RedHat), the
+    sha256 of the listed files (a missing file is not recorded), and writes them with the given
+    sysctls, modules, services and limits as one JSON document (schema gpuforge.expected/1) that
+    gpuforge's node checker (gpuforge.node.drift) compares the node against.
+  - One task instead of a package query, a digest per file, a directory and a copy: on a
+    converged site play the record is 2 host-tasks per role and host (docs/scaleout.md).
+  - Changed only when the document differs from the file; check mode writes nothing.
+options:
+  dir: {type: path, required: true, description: Directory of the records (created, 0755).}
+  role: {type: str, required: true, description: The record's name and its role field.}
+  package_manager: {type: str, choices: [dpkg, rpm], default: dpkg, description: Reads versions.}
+  packages: {type: list, elements: str, default: [], description: Packages whose versions count.}
+  files: {type: list, elements: path, default: [], description: Files whose sha256 is recorded.}
+  sysctls: {type: dict, default: {}, description: Kernel settings applied live.}
+  modules: {type: list, elements: str, default: [], description: Kernel modules to be loaded.}
+  services: {type: dict, default: {}, description: Units and their desired state.}
+  limits: {type: dict, default: {}, description: Lines per limits.d file.}
+"""
+
+SCHEMA = "gpuforge.expected/1"
+QUERY_TIMEOUT_S = 60
+QUERY = {
+    "dpkg": ["dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Abbrev}\\n"],
+    "rpm": ["rpm", "-q", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\tii\\n"],
+}
+
+
+def installed_versions(manager, packages):
+    """{name: version} of the packages that are installed; one query for all of them."""
+    if not packages:
+        return {}
+    proc = subprocess.run(
+        QUERY[manager] + list(packages),
+        capture_output=True,
+        text=True,
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
+    # dpkg-query and rpm exit 1 when a name matches no installed package: it is not recorded.
+    if proc.returncode > 1:
+        raise RuntimeError(f"{QUERY[manager][0]} exited {proc.returncode}: {proc.stderr.strip()}")
+    versions = {}
+    for line in proc.stdout.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 3 and fields[2][1:2] == "i":
+            versions[fields[0]] = fields[1]
+    return versions
+
+
+def digests(paths):
+    out = {}
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        sha = hashlib.sha256()
+        with Path(path).open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
+        out[path] = "sha256:" + sha.hexdigest()
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "dir": {"type": "path", "required": True},
+            "role": {"type": "str", "required": True},
+            "package_manager": {"type": "str", "choices": ["dpkg", "rpm"], "default": "dpkg"},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "files": {"type": "list", "elements": "path", "default": []},
+            "sysctls": {"type": "dict", "default": {}},
+            "modules": {"type": "list", "elements": "str", "default": []},
+            "services": {"type": "dict", "default": {}},
+            "limits": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["role"]:
+        module.fail_json(msg="role is empty: include _common's expected_state.yml from a role")
+    try:
+        packages = installed_versions(p["package_manager"], p["packages"])
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        module.fail_json(msg=f"reading the installed versions failed: {exc}")
+    document = {
+        "schema": SCHEMA,
+        "role": p["role"],
+        "packages": packages,
+        "files": digests(p["files"]),
+        "sysctls": p["sysctls"],
+        "modules": p["modules"],
+        "services": p["services"],
+        "limits": p["limits"],
+    }
+    # The same bytes Ansible's to_nice_json(indent=2, sort_keys=true) wrote before this module.
+    text = json.dumps(document, indent=2, sort_keys=True, separators=(",", ": "))
+    text += "\n"
+    path = Path(p["dir"]) / (p["role"] + ".json")
+    try:
+        current = path.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    changed = current != text
+    if changed and not module.check_mode:
+        Path(p["dir"]).mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p["dir"], prefix=f".{p['role']}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        Path(tmp).chmod(0o644)
+        Path(tmp).replace(path)
+    module.exit_json(changed=changed, path=str(path), record=document)
+
+
+if __name__ == "__main__":
+    main()
