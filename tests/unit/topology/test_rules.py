@@ -92,7 +92,7 @@ def test_every_role_preflight_takes_its_version_pattern_from_the_rules_file() ->
         users = [
             role
             for role, text in preflights.items()
-            if f"__common_spec_rules.versions.{field}.pattern" in text
+            if re.search(rf"__{role}_spec_rules\.versions\.{field}\.pattern", text)
         ]
         assert users, f"no role's preflight asserts versions.{field} ({rule.variable})"
     variables = "|".join(re.escape(r.variable) for r in rules.versions.values())
@@ -100,5 +100,6 @@ def test_every_role_preflight_takes_its_version_pattern_from_the_rules_file() ->
     copies = [role for role, text in preflights.items() if literal.search(text)]
     assert copies == [], f"literal version patterns in {copies}"
     for role, text in preflights.items():
-        if "__common_spec_rules" in text:
-            assert "_common/vars/spec_rules.yml" in text, role
+        if f"__{role}_spec_rules" in text:
+            role_vars = project_path("roles", role, "vars", "main.yml").read_text()
+            assert "_common/vars/spec_rules.yml" in role_vars, role
