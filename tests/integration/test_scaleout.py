@@ -1,7 +1,7 @@
 """Issue 20 on the lab: a deploy on two execution hosts, one of them lost mid-run.
 
 Lab ``d2exec`` (tests/integration/specs/d2exec.yaml): xctl01 (controller), xlog01 (login) and
-xgpu01-04 in two SUs. xctl01 and xlog01 are set up as execution hosts by the execution_host
+xgpu01-08 in two SUs of four. xctl01 and xlog01 are set up as execution hosts by the execution_host
 role (wheelhouse built here, installed offline there) and get the lab's SSH key, config and
 known hosts at the paths the lab's ansible.cfg names; the site layer names them in
 ``gpuforge_execution_hosts``. Then the operator's command, ``gpuforge deploy --phase 1``, runs
@@ -38,7 +38,7 @@ SPEC = Path(__file__).parent / "specs" / "d2exec.yaml"
 LAB = "d2exec"
 EXECUTION_HOSTS = ("xctl01", "xlog01")
 LOST = "xlog01"
-GPUS = ("xgpu01", "xgpu02", "xgpu03", "xgpu04")
+GPUS = tuple(f"xgpu{n:02d}" for n in range(1, 9))
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 DEPLOY_TIMEOUT_S = 3600
 LOG = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ def test_deploy_on_two_execution_hosts_survives_losing_one(lab: Path, tmp_path: 
     # Hosts the lost attempt had finished are not provisioned again.
     assert set(retry[0]["hosts"]) == set(lost[0]["hosts"]) - set(lost[0]["done"])
     # One progress display: the merged events of every shard in the deploy's own output.
-    assert "provision: 4 hosts" in out
+    assert f"provision: {len(GPUS)} hosts" in out
     # The rollout's record: every GPU node admitted.
     status = subprocess.run(
         [GPUFORGE, "status", str(SPEC), "--json"],
@@ -268,5 +268,5 @@ def test_deploy_on_two_execution_hosts_survives_losing_one(lab: Path, tmp_path: 
         env=dict(os.environ, GPUFORGE_STATE_DIR=str(tmp_path / "state")),
     )
     assert status.returncode == 0, status.stderr
-    assert [p["counts"] for p in json.loads(status.stdout)["phases"]] == [{"admitted": 4}]
+    assert [p["counts"] for p in json.loads(status.stdout)["phases"]] == [{"admitted": len(GPUS)}]
     assert kept / len(hosts) <= artifacts.DEFAULT_BYTES_PER_HOST
