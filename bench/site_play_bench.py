@@ -52,6 +52,15 @@ EXEC_HOST_CORES = int(os.environ.get("EXEC_HOST_CORES", "16"))
 # What a real execution host achieves of its cores (SSH, Python start-up, the event stream back).
 EXEC_EFFICIENCY = 0.7
 KS = (1, 8, 32)
+#: The events that are one host-task each (a loop's items, not its summary result).
+RESULT_EVENTS = (
+    "runner_on_ok",
+    "runner_on_failed",
+    "runner_on_skipped",
+    "runner_on_unreachable",
+    "runner_item_on_ok",
+    "runner_item_on_skipped",
+)
 
 # Ansible's own defaults, stated explicitly so that an ansible.cfg cannot change them.
 STOCK_ENV = {
@@ -78,14 +87,9 @@ def _child(mode: str) -> None:
 
     def count(event: dict[str, Any]) -> None:
         nonlocal host_tasks
-        if event.get("event") in (
-            "runner_on_ok",
-            "runner_on_failed",
-            "runner_on_skipped",
-            "runner_on_unreachable",
-            "runner_item_on_ok",
-            "runner_item_on_skipped",
-        ) and not (event.get("event_data") or {}).get("res", {}).get("results"):
+        if event.get("event") in RESULT_EVENTS and not (event.get("event_data") or {}).get(
+            "res", {}
+        ).get("results"):
             host_tasks += 1
 
     if mode.startswith("workers") or mode in ("controller", "exechosts"):

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from site_play_bench import RESULT_EVENTS  # the bench's own count of host-tasks
+
 REPO = Path(__file__).resolve().parents[1]
 LAB = os.environ.get("LAB", "d2perf")
 #: Actions that run on the controller only (no module on the node).
@@ -42,14 +44,6 @@ LOCAL_ACTIONS = frozenset(
         "validate_argument_spec",
         "meta",
     )
-)
-RESULTS = (
-    "runner_on_ok",
-    "runner_on_failed",
-    "runner_on_skipped",
-    "runner_on_unreachable",
-    "runner_item_on_ok",
-    "runner_item_on_skipped",
 )
 
 
@@ -72,7 +66,7 @@ def main() -> int:
 
     def on_event(event: dict[str, Any]) -> None:
         data = event.get("event_data") or {}
-        if event.get("event") not in RESULTS or (data.get("res") or {}).get("results"):
+        if event.get("event") not in RESULT_EVENTS or (data.get("res") or {}).get("results"):
             return
         key = (data.get("role") or "-", data.get("task_action") or "?", data.get("task") or "?")
         count[key] += 1
