@@ -87,9 +87,8 @@ def _child(mode: str) -> None:
 
     def count(event: dict[str, Any]) -> None:
         nonlocal host_tasks
-        if event.get("event") in RESULT_EVENTS and not (event.get("event_data") or {}).get(
-            "res", {}
-        ).get("results"):
+        data = event.get("event_data") or {}
+        if event.get("event") in RESULT_EVENTS and not data.get("res", {}).get("results"):
             host_tasks += 1
 
     if mode.startswith("workers") or mode in ("controller", "exechosts"):
