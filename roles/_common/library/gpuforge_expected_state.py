@@ -120,13 +120,25 @@ def main():
         current = None
     changed = current != text
     if changed and not module.check_mode:
-        Path(p["dir"]).mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p["dir"], prefix=f".{p['role']}.")
+        try:
+            write_atomically(path, text)
+        except OSError as exc:
+            module.fail_json(msg=f"writing {path} failed: {exc}")
+    module.exit_json(changed=changed, path=str(path), record=document)
+
+
+def write_atomically(path, text):
+    """``path`` holds ``text`` (mode 0644) or, on an error, what it held before: no partial file."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.")
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         Path(tmp).chmod(0o644)
         Path(tmp).replace(path)
-    module.exit_json(changed=changed, path=str(path), record=document)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 if __name__ == "__main__":
