@@ -58,40 +58,6 @@ RUN_PHASE = 0
 IN_FLIGHT = ("draining", "applying", "validating")
 """Node steps a killed run may have left: the next run finishes these nodes first."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS upgrades (
-    id         TEXT PRIMARY KEY,
-    pins       TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    status     TEXT NOT NULL,
-    detail     TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS upgrade_nodes (
-    upgrade     TEXT NOT NULL REFERENCES upgrades(id),
-    hostname    TEXT NOT NULL,
-    wave        INTEGER NOT NULL,
-    step        TEXT NOT NULL,
-    detail      TEXT NOT NULL DEFAULT '',
-    started_at  REAL NOT NULL,
-    drained_s   REAL,
-    apply_s     REAL,
-    validate_s  REAL,
-    finished_at REAL,
-    PRIMARY KEY (upgrade, hostname)
-);
-CREATE TABLE IF NOT EXISTS upgrade_waves (
-    upgrade     TEXT NOT NULL REFERENCES upgrades(id),
-    wave        INTEGER NOT NULL,
-    nodes       TEXT NOT NULL,
-    started_at  REAL NOT NULL,
-    finished_at REAL,
-    passed      INTEGER,
-    detail      TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (upgrade, wave)
-);
-"""
-
 
 def upgrade_id(pins: Mapping[str, str]) -> str:
     """The upgrade's name: ``u`` and 8 hex digits of the pins' digest.
@@ -192,13 +158,14 @@ Event = Callable[[str], None]
 
 
 class UpgradeRecord:
-    """The upgrade's tables in the rollout record (same file, same transactions)."""
+    """The upgrade's tables in the rollout record (same file, same transactions).
+
+    The tables are made by the record's migration list (:mod:`gpuforge.upgrade.tables`, the
+    steps this module owns), when the record is opened.
+    """
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        with store.transaction() as db:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                db.execute(statement)
 
     def begin(self, upgrade: str, pins: Mapping[str, str]) -> None:
         now = time.time()
@@ -354,11 +321,7 @@ class UpgradeRecord:
 
 def upgrade_progress(store: StateStore) -> list[dict[str, Any]]:
     """:meth:`UpgradeRecord.summary` of ``store``, or [] when no upgrade ever ran there."""
-    with store.transaction() as db:
-        found = db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'upgrades'"
-        ).fetchone()
-    return UpgradeRecord(store).summary() if found else []
+    return UpgradeRecord(store).summary() if store.db.has_table("upgrades") else []
 
 
 def render_progress(upgrade: Mapping[str, Any]) -> str:
