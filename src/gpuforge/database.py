@@ -196,16 +196,7 @@ def open_database(
     _refuse_non_sqlite(path, schema)
     conn: sqlite3.Connection | None = None
     try:
-        if readonly:
-            uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-            conn = sqlite3.connect(
-                uri, uri=True, timeout=timeout, isolation_level=None,
-                check_same_thread=check_same_thread,
-            )  # fmt: skip
-        else:
-            conn = sqlite3.connect(
-                path, timeout=timeout, isolation_level=None, check_same_thread=check_same_thread
-            )
+        conn = _connect(path, readonly, check_same_thread, timeout)
         check = conn.execute("PRAGMA quick_check").fetchone()
         if check is None or check[0] != "ok":
             raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
@@ -230,6 +221,20 @@ def open_database(
             conn.close()
         raise
     return Database(path, conn, schema, version, readonly)
+
+
+def _connect(
+    path: Path, readonly: bool, check_same_thread: bool, timeout: float
+) -> sqlite3.Connection:
+    if readonly:
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        return sqlite3.connect(
+            uri, uri=True, timeout=timeout, isolation_level=None,
+            check_same_thread=check_same_thread,
+        )  # fmt: skip
+    return sqlite3.connect(
+        path, timeout=timeout, isolation_level=None, check_same_thread=check_same_thread
+    )
 
 
 def _refuse_non_sqlite(path: Path, schema: Schema) -> None:

@@ -1,4 +1,4 @@
-"""The upgrade's tables in the rollout record (``rollout.db``), owned by :mod:`gpuforge.upgrade.run`.
+"""The tables of :mod:`gpuforge.upgrade.run` in the rollout record (``rollout.db``).
 
 A leaf module (SQL only) so that :mod:`gpuforge.rollout.state`, which assembles the record's one
 migration list, can name these steps without importing the upgrade (which imports it). A change
