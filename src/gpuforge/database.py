@@ -67,6 +67,8 @@ class Schema:
     """What an operator does with a file that cannot be read (appended to the error)."""
     wal: bool = True
     foreign_keys: bool = False
+    unreadable_as: str = ""
+    """How the error names a file it cannot open (default ``the <kind> is unreadable``)."""
 
     @property
     def version(self) -> int:
@@ -169,7 +171,8 @@ def damaged(path: Path, schema: Schema, exc: BaseException) -> InputError:
 
 def unreadable(path: Path, schema: Schema, why: str) -> InputError:
     """The error for a file that cannot be opened as ``schema``; it was not changed."""
-    return InputError(f"{path}: the {schema.kind} is unreadable ({why}); {schema.recovery}")
+    said = schema.unreadable_as or f"the {schema.kind} is unreadable"
+    return InputError(f"{path}: {said} ({why}); {schema.recovery}")
 
 
 def open_database(

@@ -80,8 +80,11 @@ def _fleet(root: Path) -> tuple[str, Fleet]:
     return hf.name, Fleet(hf.nodes, placement, types, slurm)
 
 
-def _history(state_dir: Path, cluster: str, *, create: bool) -> ConformanceHistory:
-    return ConformanceHistory(HistoryStore.open(history_path(state_dir, cluster), create=create))
+def _history(
+    state_dir: Path, cluster: str, *, create: bool, readonly: bool = False
+) -> ConformanceHistory:
+    path = history_path(state_dir, cluster)
+    return ConformanceHistory(HistoryStore.open(path, create=create, readonly=readonly))
 
 
 def _slurm(via: str, root: Path) -> SlurmClient:
@@ -400,7 +403,7 @@ def report_cmd(  # noqa: PLR0917 - one parameter per CLI option
     """What changed in a run against the one before: JSON, JUnit and HTML. Exit 0/1/2."""
     root = cluster_dir(cluster, inventory)
     name, fleet = _fleet(root)
-    history = _history(state_dir, name, create=False)
+    history = _history(state_dir, name, create=False, readonly=True)
     runs = [r for r in history.runs(400) if r.state != "running"]
     chosen = (
         next((r for r in runs if r.id == run_id), None) if run_id else (runs[0] if runs else None)
@@ -425,7 +428,7 @@ def report_cmd(  # noqa: PLR0917 - one parameter per CLI option
 @json_option
 def history_cmd(node: str, cluster: str, limit: int, state_dir: Path, as_json: bool) -> None:
     """NODE's conformance results, newest first."""
-    rows = _history(state_dir, cluster, create=False).node_history(node, limit)
+    rows = _history(state_dir, cluster, create=False, readonly=True).node_history(node, limit)
     if not rows:
         raise InputError(f"no conformance history for {node} in cluster {cluster}")
     if as_json:
