@@ -36,10 +36,12 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuforge import database
+from gpuforge.database import Foreign, Schema, Step
 from gpuforge.errors import InputError, OperationError
 from gpuforge.slurm import control
 from gpuforge.slurm.control import DEFAULT_TIMEOUT, NodeAction, SlurmClient, SlurmNode
@@ -203,7 +205,7 @@ class CircuitBreaker:
 
 # -- the admission record ------------------------------------------------------------------------
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS windows (
     name TEXT PRIMARY KEY,
     nodes TEXT NOT NULL,       -- JSON list
@@ -225,6 +227,28 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE INDEX IF NOT EXISTS actions_at ON actions (at);
 """
+
+
+def _legacy(conn: sqlite3.Connection) -> int:
+    """The version of a record written before application ids: 1 when it has our tables."""
+    names = database.tables(conn)
+    if not names:
+        return 0
+    if not names & {"windows", "actions"}:
+        raise Foreign("no admission tables: another program's file")
+    return 1
+
+
+#: The admission record (``admission.db``): application id ``GFAD``; one owner, this module.
+SCHEMA = Schema(
+    kind="admission record",
+    application_id=0x47464144,
+    steps=(Step("gpuforge.admission", _V1),),
+    legacy=_legacy,
+    recovery="move it aside (keep it for the record) and run again: the maintenance windows "
+    "it held are forgotten, so check `gpuforge slurm state` for nodes left drained with a "
+    "gpuforge: reason",
+)
 
 
 @dataclass(frozen=True)
@@ -251,35 +275,27 @@ class ActionRow:
 class AdmissionRecord:
     """The SQLite file that makes windows survive a killed run and feeds the breaker."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-                check = db.execute("PRAGMA quick_check").fetchone()
-                if check is None or check[0] != "ok":
-                    raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:  # truncated, corrupt, not a database: never modified
-            raise InputError(
-                f"{path}: the admission record is unreadable ({' '.join(str(exc).split())}); "
-                "move it aside (keep it for the record) and run again: the maintenance windows "
-                "it held are forgotten, so check `gpuforge slurm state` for nodes left drained "
-                "with a gpuforge: reason"
-            ) from None
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        """Open (creating or migrating unless ``readonly``) the record at ``path``.
+
+        A file that is truncated, corrupt, not a database, another program's or of a newer
+        schema raises :class:`InputError` and is never modified.
+        """
+        self.path = Path(path)
+        self.readonly = readonly
+        database.open_database(self.path, SCHEMA, readonly=readonly).close()
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed record
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        """One transaction on a connection of its own (a record is shared by processes)."""
+        db = database.attach(self.path, SCHEMA, readonly=self.readonly)
+        if not self.readonly:
+            db.conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed record
+        try:
+            with db.read() if self.readonly else db.transaction() as conn:
+                yield conn
+        finally:
+            db.close()
 
     def window(self, name: str) -> WindowRecord | None:
         """The open window ``name``, or None."""

@@ -226,6 +226,18 @@ def open_database(
     return Database(path, conn, schema, version, readonly)
 
 
+def attach(
+    path: Path, schema: Schema, *, readonly: bool = False, timeout: float = 30.0
+) -> Database:
+    """A new connection to a file :func:`open_database` has already checked (and migrated).
+
+    For stores that open a short connection per operation (the admission record, shared by
+    processes): no integrity check, no migration; damage met in a query is still an InputError.
+    """
+    conn = _connect(Path(path), readonly, True, timeout)
+    return Database(Path(path), conn, schema, schema.version, readonly)
+
+
 def _connect(
     path: Path, readonly: bool, check_same_thread: bool, timeout: float
 ) -> sqlite3.Connection:
