@@ -208,8 +208,9 @@ def open_database(
             if schema.wal:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no commit
-            if version < schema.version:
-                if version > 0:
+            legacy = int(conn.execute("PRAGMA application_id").fetchone()[0]) == 0
+            if version < schema.version or legacy:
+                if 0 < version < schema.version:
                     db = Database(path, conn, schema, version, readonly)
                     db.backup(path.with_name(f"{path.name}.v{version}.bak"))
                 version = _migrate(conn, schema)
@@ -297,7 +298,10 @@ def _migrate(conn: sqlite3.Connection, schema: Schema) -> int:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version == 0 and int(conn.execute("PRAGMA application_id").fetchone()[0]) == 0:
                 version = schema.legacy(conn)
-            if version >= schema.version:  # another process migrated it meanwhile
+            if version >= schema.version:  # up to date (or another process migrated it)
+                # A file written before application ids whose tables are current: stamped.
+                conn.execute(f"PRAGMA application_id = {int(schema.application_id)}")
+                conn.execute(f"PRAGMA user_version = {version}")
                 conn.execute("COMMIT")
                 return version
             for statement in statements(schema.steps[version].sql):
