@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuforge.atomic import write_atomic
 from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
 
 #: Failures within this many days that make a node a repeat offender (two or more).
@@ -335,8 +336,5 @@ def write(changes: Changes, out_dir: Path, *, textfile: Path | None = None) -> d
     if textfile is not None:
         files["metrics"] = (textfile, metrics(changes))
     for path, text in files.values():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text, mode=None)
     return {k: p for k, (p, _) in files.items()}

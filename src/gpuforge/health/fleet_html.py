@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuforge.atomic import write_atomic
 from gpuforge.errors import OperationError
 from gpuforge.health.fleet import NO_RECORD, Fleet, FleetStatus
 
@@ -297,16 +296,7 @@ def write_page(
     """Write :func:`render_fleet`'s page to ``path`` atomically (power from ``prometheus``)."""
     power = rack_power_from_prometheus(prometheus, status.cluster) if prometheus else []
     text = render_fleet(status, fleet, power)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, text, mode=0o600)
 
 
 def _query(base: str, expr: str, timeout: float) -> list[dict[str, Any]]:

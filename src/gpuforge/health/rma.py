@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.admission import JOIN_REASON, Admission, parse_reason
+from gpuforge.atomic import atomic_open, write_atomic
 from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health.remediate import EVENT_REMEDIATION, EVENT_RMA, SOURCE
@@ -167,9 +168,7 @@ def build_bundle(
     archive = out_dir / f"{base}.tar.gz"
     manifest_path = out_dir / f"{base}.json"
     _write_tar(archive, base, {"manifest.json": manifest_text, **clean}, now)
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(manifest_text, encoding="utf-8")
-    tmp.replace(manifest_path)
+    write_atomic(manifest_path, manifest_text, mode=None)
     return Bundle(archive, manifest_path, manifest)
 
 
@@ -190,8 +189,10 @@ def _json(data: Any) -> str:
 
 
 def _write_tar(path: Path, base: str, files: Mapping[str, str], now: float) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with (
+        atomic_open(path, binary=True, mode=None) as raw,
+        tarfile.open(fileobj=raw, mode="w:gz") as tar,
+    ):
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{base}/{name}")
@@ -199,7 +200,6 @@ def _write_tar(path: Path, base: str, files: Mapping[str, str], now: float) -> N
             info.mtime = int(now)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
-    tmp.replace(path)
 
 
 def hardware(node: str, smi_xml: str, ibstat_text: str, dmi_text: str) -> dict[str, Any]:

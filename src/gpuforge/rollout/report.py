@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import hostlist
 from jinja2 import Environment, select_autoescape
 
+from gpuforge.atomic import write_atomic
 from gpuforge.rollout.deploy import DeployOutcome
 from gpuforge.rollout.state import StateStore
 from gpuforge.topology.cluster import Cluster
@@ -116,20 +116,12 @@ def phase_html(data: dict[str, Any]) -> str:
     return env.from_string(_HTML).render(r=data, problems=problems, racks=racks)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    Path(tmp).replace(path)
-
-
 def write_phase_report(
     store: StateStore, cluster: Cluster, outcome: DeployOutcome, run_dir: Path
 ) -> list[Path]:
     """Write ``phase.json`` and ``phase.html`` into ``run_dir``; return their paths."""
     data = phase_report(store, cluster, outcome, run_dir)
     json_path, html_path = run_dir / "phase.json", run_dir / "phase.html"
-    _atomic_write(json_path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    _atomic_write(html_path, phase_html(data))
+    write_atomic(json_path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600)
+    write_atomic(html_path, phase_html(data), mode=0o600)
     return [json_path, html_path]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ import hostlist
 import jinja2
 from markupsafe import Markup
 
+from gpuforge.atomic import write_atomic
 from gpuforge.validate.result import BatchSummary, CheckResult, NodeVerdict, Status, Verdict
 
 COLORS = {
@@ -35,19 +34,6 @@ COLORS = {
     "quarantine": "#c62828",
     "hold": "#6a1b9a",
 }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def to_json(summary: BatchSummary, extra: Mapping[str, Any] | None = None) -> str:
@@ -393,7 +379,7 @@ def write_reports(
     merged = dict(extra or {})
     if actions:
         merged["slurm_actions"] = list(actions)
-    write_atomic(paths["json"], to_json(summary, merged))
-    write_atomic(paths["junit"], to_junit(summary))
-    write_atomic(paths["html"], to_html(summary, actions=actions))
+    write_atomic(paths["json"], to_json(summary, merged), mode=0o600)
+    write_atomic(paths["junit"], to_junit(summary), mode=0o600)
+    write_atomic(paths["html"], to_html(summary, actions=actions), mode=0o600)
     return paths
