@@ -45,6 +45,7 @@ from gpuforge.database import Foreign, Schema, Step
 from gpuforge.errors import InputError, OperationError
 from gpuforge.slurm import control
 from gpuforge.slurm.control import DEFAULT_TIMEOUT, NodeAction, SlurmClient, SlurmNode
+from gpuforge.state_paths import StatePaths
 from gpuforge.validate.result import NodeVerdict, Status, Verdict
 
 #: Every reason gpuforge writes starts with this and a colon.
@@ -397,7 +398,7 @@ def _window(row: tuple[str, str, str, str, float]) -> WindowRecord:
 
 def record_path(state_dir: Path, cluster: str) -> Path:
     """Where the admission record of ``cluster`` lives under a state directory."""
-    return state_dir / cluster / "admission.db"
+    return StatePaths(state_dir, cluster).admission_db
 
 
 # -- admission ----------------------------------------------------------------------------------

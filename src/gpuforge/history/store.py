@@ -40,6 +40,7 @@ from gpuforge import database
 from gpuforge.database import Database, Foreign, Schema, Step
 from gpuforge.errors import InputError
 from gpuforge.history import conformance_tables
+from gpuforge.state_paths import StatePaths
 
 #: What the ``meta`` table's ``app`` key holds in a history database (how a file written before
 #: application ids is recognised).
@@ -152,7 +153,7 @@ SCHEMA_VERSION = SCHEMA.version
 
 def history_path(state_dir: Path, cluster: str) -> Path:
     """Where the history of ``cluster`` lives, beside its admission record."""
-    return state_dir / cluster / "history.db"
+    return StatePaths(state_dir, cluster).history_db
 
 
 def parse_time(value: Any, where: str) -> float:
