@@ -12,15 +12,18 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from gpuforge import database
 from gpuforge.admission import SCHEMA as ADMISSION_SCHEMA
 from gpuforge.admission import AdmissionRecord
+from gpuforge.cli import main
 from gpuforge.database import Step, open_database, statements
 from gpuforge.errors import InputError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import SCHEMA as HISTORY_SCHEMA
 from gpuforge.history.store import HistoryStore
+from gpuforge.resources import project_path
 from gpuforge.rollout.state import SCHEMA as ROLLOUT_SCHEMA
 from gpuforge.rollout.state import NodeState, open_store
 from gpuforge.upgrade.run import UpgradeRecord
@@ -562,3 +565,23 @@ def test_backup_is_a_consistent_copy(tmp_path: Path) -> None:
     copy = open_store(target)
     assert copy.nodes()[0].hostname == "gpu01"
     copy.close()
+
+
+def test_conformance_report_adds_no_table_to_the_collectors_file(tmp_path: Path) -> None:
+    """The report used to create the conformance tables in the collector's history.db."""
+    path = _old_file(
+        tmp_path / "lab" / "history.db",
+        OLD_HISTORY,
+        rows=("INSERT INTO meta VALUES ('app', 'gpuforge.history'), ('schema_version', '1')",),
+    )
+    before = path.read_bytes()
+    sample = project_path("inventory", "sample")
+    result = CliRunner().invoke(
+        main, ["conformance", "report", "--inventory", str(sample), "--state-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "no conformance finished run" in result.output
+    assert path.read_bytes() == before
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert "conformance_runs" not in database.tables(conn)
+    conn.close()
