@@ -40,6 +40,10 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 _CORRUPT = (11, 26)
 
 
+#: Every schema defined, by application id: names the kind of a gpuforge file opened as another.
+_KNOWN: dict[int, str] = {}
+
+
 @dataclass(frozen=True)
 class Step:
     """One schema step: SQL that takes a file from version N to N + 1, and the module owning it."""
@@ -70,6 +74,9 @@ class Schema:
     unreadable_as: str = ""
     """How the error names a file it cannot open (default ``the <kind> is unreadable``)."""
 
+    def __post_init__(self) -> None:
+        _KNOWN.setdefault(self.application_id, self.kind)
+
     @property
     def version(self) -> int:
         """The schema version this gpuforge writes: the number of steps."""
@@ -81,11 +88,6 @@ class Schema:
         for number, step in enumerate(self.steps, start=1):
             out.setdefault(step.owner, []).append(number)
         return out
-
-
-#: Every schema :func:`open_database` has seen, by application id: names the kind of a gpuforge
-#: file opened as another kind.
-_KNOWN: dict[int, str] = {}
 
 
 class Database:
@@ -113,7 +115,8 @@ class Database:
             try:
                 yield self.conn
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:  # SQLite may have rolled it back already
+                    self.conn.execute("ROLLBACK")
                 raise
             self.conn.execute("COMMIT")
 
@@ -191,7 +194,6 @@ def open_database(
     beside it as ``<name>.v<version>.bak``.
     """
     path = Path(path)
-    _KNOWN.setdefault(schema.application_id, schema.kind)
     if not path.exists():
         if readonly:
             raise InputError(f"{path}: no {schema.kind} (nothing has written one yet)")
@@ -309,7 +311,8 @@ def _migrate(conn: sqlite3.Connection, schema: Schema) -> int:
             conn.execute(f"PRAGMA application_id = {int(schema.application_id)}")
             conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 
