@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from gpuforge.errors import InputError
+from gpuforge.errors import InputError, OperationError
 
 #: The first 16 bytes of every SQLite 3 database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -207,26 +207,35 @@ def open_database(
             raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
         version = _version(conn, path, schema)
         if not readonly:
-            if schema.wal:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no commit
-            legacy = int(conn.execute("PRAGMA application_id").fetchone()[0]) == 0
-            if version < schema.version or legacy:
-                if 0 < version < schema.version:
-                    db = Database(path, conn, schema, version, readonly)
-                    db.backup(path.with_name(f"{path.name}.v{version}.bak"))
-                version = _migrate(conn, schema)
+            version = _for_writing(conn, path, schema, version)
         if schema.foreign_keys:
             conn.execute("PRAGMA foreign_keys=ON")
     except sqlite3.DatabaseError as exc:
         if conn is not None:
             conn.close()
-        raise unreadable(path, schema, _one_line(exc)) from None
+        if is_damage(exc):
+            raise unreadable(path, schema, _one_line(exc)) from None
+        # Locked past the timeout, a full disk, a read-only folder: the file itself is fine.
+        raise OperationError(f"{path}: cannot open the {schema.kind}: {_one_line(exc)}") from None
     except BaseException:
         if conn is not None:
             conn.close()
         raise
     return Database(path, conn, schema, version, readonly)
+
+
+def _for_writing(conn: sqlite3.Connection, path: Path, schema: Schema, version: int) -> int:
+    """WAL, then the steps the file lacks (after a copy of it); the version it is at now."""
+    if schema.wal:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no commit
+    legacy = int(conn.execute("PRAGMA application_id").fetchone()[0]) == 0
+    if version < schema.version or legacy:
+        if 0 < version < schema.version:
+            db = Database(path, conn, schema, version, readonly=False)
+            db.backup(path.with_name(f"{path.name}.v{version}.bak"))
+        version = _migrate(conn, schema)
+    return version
 
 
 def attach(

@@ -9,6 +9,7 @@ the new one.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from gpuforge.admission import SCHEMA as ADMISSION_SCHEMA
 from gpuforge.admission import AdmissionRecord
 from gpuforge.cli import main
 from gpuforge.database import Step, open_database, statements
-from gpuforge.errors import InputError
+from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import SCHEMA as HISTORY_SCHEMA
 from gpuforge.history.store import HistoryStore
@@ -585,3 +586,26 @@ def test_conformance_report_adds_no_table_to_the_collectors_file(tmp_path: Path)
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     assert "conformance_runs" not in database.tables(conn)
     conn.close()
+
+
+def test_a_locked_file_is_an_operation_error_not_unreadable(tmp_path: Path) -> None:
+    """A busy database must not be called unreadable: the advice is to move it aside."""
+    path = tmp_path / "x.db"
+    base = database.Schema(
+        kind="test database",
+        application_id=0x54455355,
+        steps=(Step("tests", "CREATE TABLE a (x);"),),
+        legacy=lambda _conn: 0,
+        recovery="delete it",
+    )
+    open_database(path, base).close()
+    more = replace(base, steps=(*base.steps, Step("tests", "CREATE TABLE b (y);")))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(OperationError, match="cannot open the test database: database is"):
+            open_database(path, more, timeout=0.1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert open_database(path, more).version == 2
