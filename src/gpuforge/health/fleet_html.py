@@ -17,17 +17,14 @@ import html
 import json
 import os
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuforge.errors import OperationError
 from gpuforge.health.fleet import NO_RECORD, Fleet, FleetStatus
+from gpuforge.promclient import Prometheus
 
 #: Cell states, in legend order, with their colours (colour-blind-safe where it matters:
 #: fail and pass differ in lightness as well as hue).
@@ -309,32 +306,18 @@ def write_page(
     return path
 
 
-def _query(base: str, expr: str, timeout: float) -> list[dict[str, Any]]:
-    url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-    if not url.startswith(("http://", "https://")):
-        raise OperationError(f"--prometheus {base}: not an http:// or https:// URL")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - scheme checked
-            body = json.loads(resp.read())
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        raise OperationError(f"Prometheus {base}: {expr}: {exc}") from None
-    if body.get("status") != "success":
-        raise OperationError(f"Prometheus {base}: {expr}: {body.get('error', body)}")
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
 def rack_power_from_prometheus(
     base: str, cluster: str, timeout: float = PROMETHEUS_TIMEOUT_S
 ) -> list[RackPower]:
     """Every rack's budget and measured power from Prometheus's recording rules."""
+    prometheus = Prometheus(base, timeout=timeout)
     sel = f'{{cluster="{cluster}"}}'
     budgets = {
         r["metric"].get("rack", "?"): float(r["value"][1])
-        for r in _query(base, f"gpuforge:rack_power_budget_watts{sel}", timeout)
+        for r in prometheus.query(f"gpuforge:rack_power_budget_watts{sel}")
     }
     watts = {
         r["metric"].get("rack", "?"): float(r["value"][1])
-        for r in _query(base, f"gpuforge:rack_power_watts{sel}", timeout)
+        for r in prometheus.query(f"gpuforge:rack_power_watts{sel}")
     }
     return [RackPower(rack, watts.get(rack), budget) for rack, budget in sorted(budgets.items())]
