@@ -13,16 +13,16 @@ import html
 import json
 import os
 import tempfile
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hostlist
-import jinja2
 from markupsafe import Markup
 
+from gpuforge.reporting import junit, render_page
+from gpuforge.reporting.junit import Case, Suite
 from gpuforge.validate.result import BatchSummary, CheckResult, NodeVerdict, Status, Verdict
 
 COLORS = {
@@ -75,61 +75,33 @@ def _case_text(r: CheckResult) -> str:
 
 def to_junit(summary: BatchSummary) -> str:
     """JUnit XML: a testsuite per node, a testcase per check, plus a ``fabric`` suite."""
-    root = ET.Element("testsuites", name="gpuforge-validate")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    outcome = {Status.FAIL: "failure", Status.ERROR: "error", Status.SKIP: "skipped"}
+    suites = []
     for nv in summary.nodes:
-        suite = ET.SubElement(root, "testsuite", name=nv.node)
-        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        elapsed = 0.0
+        cases = []
         for r in nv.results:
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                classname=f"gpuforge.{nv.node}",
-                name=r.check,
-                time=f"{r.duration_s:.3f}",
+            line = r.message or f"measured {r.measured}, expected {r.expected}"
+            kind = outcome.get(r.status, "pass")
+            text = _case_text(r)
+            cases.append(
+                Case(
+                    classname=f"gpuforge.{nv.node}",
+                    name=r.check,
+                    outcome=kind,
+                    message=(r.message or "not applicable") if kind == "skipped" else line,
+                    kind={"failure": "fail", "error": "inconclusive"}.get(kind, ""),
+                    text=f"{r.status.value.upper()}\n{text}" if kind == "pass" else text,
+                    time_s=r.duration_s,
+                )
             )
-            counts["tests"] += 1
-            elapsed += r.duration_s
-            summary_line = r.message or f"measured {r.measured}, expected {r.expected}"
-            if r.status is Status.FAIL:
-                counts["failures"] += 1
-                el = ET.SubElement(case, "failure", message=summary_line, type="fail")
-                el.text = _case_text(r)
-            elif r.status is Status.ERROR:
-                counts["errors"] += 1
-                el = ET.SubElement(case, "error", message=summary_line, type="inconclusive")
-                el.text = _case_text(r)
-            elif r.status is Status.SKIP:
-                counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=r.message or "not applicable")
-            else:
-                out = ET.SubElement(case, "system-out")
-                out.text = f"{r.status.value.upper()}\n" + _case_text(r)
-        suite.set("tests", str(counts["tests"]))
-        suite.set("failures", str(counts["failures"]))
-        suite.set("errors", str(counts["errors"]))
-        suite.set("skipped", str(counts["skipped"]))
-        suite.set("time", f"{elapsed:.3f}")
-        for k, v in counts.items():
-            totals[k] += v
+        suites.append(Suite(nv.node, cases))
     if summary.findings:
-        suite = ET.SubElement(root, "testsuite", name="fabric")
-        for f in summary.findings:
-            case = ET.SubElement(suite, "testcase", classname="gpuforge.fabric", name=f.subject)
-            el = ET.SubElement(case, "failure", message=f.detail, type=f.kind)
-            el.text = f.evidence
-        n = len(summary.findings)
-        suite.set("tests", str(n))
-        suite.set("failures", str(n))
-        suite.set("errors", "0")
-        suite.set("skipped", "0")
-        totals["tests"] += n
-        totals["failures"] += n
-    for k, v in totals.items():
-        root.set(k, str(v))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+        fabric = [
+            Case("gpuforge.fabric", f.subject, "failure", f.detail, f.kind, f.evidence)
+            for f in summary.findings
+        ]
+        suites.append(Suite("fabric", fabric))
+    return junit.to_junit("gpuforge-validate", suites)
 
 
 # --- SVG plots --------------------------------------------------------------------------------
@@ -343,13 +315,6 @@ def action_groups(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ()) -> str:
     """The HTML report: failures and held nodes first, warnings once, admitted nodes by rack."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("gpuforge.validate", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
     floors: Mapping[str, float] = summary.meta.get("floors", {})
     charts = []
     for check, (title, unit) in CHARTS.items():
@@ -363,7 +328,8 @@ def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ())
         (n for n in summary.nodes if n.verdict is not Verdict.ADMIT),
         key=lambda n: (order[n.verdict], n.node),
     )
-    return env.get_template("report.html.j2").render(
+    return render_page(
+        "validation.html.j2",
         summary=summary,
         problems=problems,
         racks=admitted_by_rack(summary, placement),
