@@ -9,7 +9,6 @@ admitted nodes into one line per rack.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import tempfile
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import hostlist
-from markupsafe import Markup
 
 from gpuforge.reporting import junit, render_page
 from gpuforge.reporting.junit import Case, Suite
@@ -116,45 +114,46 @@ class Bar:
     status: str
 
 
-def bar_chart(title: str, bars: Sequence[Bar], floor: float | None, unit: str) -> Markup:
-    """A horizontal bar chart with the floor as a dashed line (one row per node)."""
+def bar_chart(
+    title: str, bars: Sequence[Bar], floor: float | None, unit: str
+) -> dict[str, Any] | None:
+    """A horizontal bar chart's geometry (one row per node, the floor as a dashed line), which
+    ``charts.html.j2``'s ``bar_chart`` draws; None without bars."""
     if not bars:
-        return Markup("")
+        return None
     row, label_w, plot_w, pad = 16, 150, 520, 30
     top = max([b.value for b in bars] + [floor or 0.0]) * 1.1 or 1.0
-    height = pad + row * len(bars) + pad
-    esc = html.escape
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{label_w + plot_w + 80}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f"<title>{esc(title)}</title>",
-        f'<text x="0" y="14" font-weight="bold">{esc(title)} ({esc(unit)})</text>',
-    ]
-    for i, b in enumerate(bars):
-        y = pad + i * row
-        w = max(b.value / top * plot_w, 0.5)
-        color = COLORS.get(b.status, "#555")
-        parts.append(f'<text x="0" y="{y + 11}">{esc(b.label)}</text>')
-        parts.append(
-            f'<rect x="{label_w}" y="{y + 2}" width="{w:.1f}" height="{row - 4}" fill="{color}">'
-            f"<title>{esc(b.label)}: {b.value:.1f} {esc(unit)} ({esc(b.status)})</title></rect>"
-        )
-        parts.append(f'<text x="{label_w + w + 4:.1f}" y="{y + 11}">{b.value:.1f}</text>')
-    if floor is not None:
-        x = label_w + floor / top * plot_w
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{pad - 4}" x2="{x:.1f}" y2="{height - pad + 4}" '
-            f'stroke="#000" stroke-dasharray="4 3"/>'
-        )
-        parts.append(f'<text x="{x + 3:.1f}" y="{pad - 6}">floor {floor:.1f}</text>')
-    parts.append("</svg>")
-    return Markup("\n".join(parts))  # noqa: S704 - every interpolated value is escaped above
+    return {
+        "title": title,
+        "unit": unit,
+        "width": label_w + plot_w + 80,
+        "height": pad + row * len(bars) + pad,
+        "label_w": label_w,
+        "bar_h": row - 4,
+        "pad": pad,
+        "floor": floor,
+        "floor_x": label_w + (floor or 0.0) / top * plot_w,
+        "bars": [
+            {
+                "label": b.label,
+                "value": b.value,
+                "status": b.status,
+                "color": COLORS.get(b.status, "#555"),
+                "y": pad + i * row,
+                "w": max(b.value / top * plot_w, 0.5),
+            }
+            for i, b in enumerate(bars)
+        ],
+    }
 
 
-def heat_map(summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]) -> Markup:
-    """Nodes as squares, one row per rack, racks grouped by SU, coloured by verdict."""
+def heat_map(
+    summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """Nodes as squares, one row per rack, racks grouped by SU, coloured by verdict: the geometry
+    ``charts.html.j2``'s ``verdict_map`` draws; None without placement."""
     if not placement:
-        return Markup("")
+        return None
     racks: dict[tuple[int, str], list[tuple[str, str]]] = {}
     verdicts = {n.node: n.verdict.value for n in summary.nodes}
     for node, where in placement.items():
@@ -163,25 +162,25 @@ def heat_map(summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]) 
         key = (int(where.get("su") or 0), str(where.get("rack") or "?"))
         racks.setdefault(key, []).append((node, verdicts[node]))
     cell, label_w = 14, 110
-    width = label_w + cell * max((len(v) for v in racks.values()), default=1) + 10
-    height = 20 + cell * len(racks) + 10
-    esc = html.escape
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
-        'font-family="sans-serif" font-size="11">',
-        "<title>verdicts by SU and rack</title>",
-        '<text x="0" y="12" font-weight="bold">verdicts by SU / rack</text>',
+    rows = [
+        {
+            "su": su,
+            "rack": rack,
+            "y": 20 + i * cell,
+            "nodes": [
+                {"node": node, "verdict": verdict, "color": COLORS[verdict]}
+                for node, verdict in sorted(nodes)
+            ],
+        }
+        for i, ((su, rack), nodes) in enumerate(sorted(racks.items()))
     ]
-    for i, ((su, rack), nodes) in enumerate(sorted(racks.items())):
-        y = 20 + i * cell
-        parts.append(f'<text x="0" y="{y + 11}">su{su:02d} {esc(rack)}</text>')
-        for j, (node, verdict) in enumerate(sorted(nodes)):
-            parts.append(
-                f'<rect x="{label_w + j * cell}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
-                f'fill="{COLORS[verdict]}"><title>{esc(node)}: {esc(verdict)}</title></rect>'
-            )
-    parts.append("</svg>")
-    return Markup("\n".join(parts))  # noqa: S704 - every interpolated value is escaped above
+    return {
+        "width": label_w + cell * max((len(v) for v in racks.values()), default=1) + 10,
+        "height": 20 + cell * len(racks) + 10,
+        "cell": cell,
+        "label_w": label_w,
+        "rows": rows,
+    }
 
 
 def metric_bars(summary: BatchSummary, check: str) -> list[Bar]:
