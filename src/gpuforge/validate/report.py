@@ -1,10 +1,12 @@
 """Writing a validation run down: JSON (stable schema), JUnit XML and a self-contained HTML page.
 
 JSON is the machine contract (``schema_version``, docs/validation.md). JUnit has one testcase per
-node x check so that any CI shows the failures. The HTML page needs no JavaScript: the plots are
-inline SVG built here. It is written for a batch of a thousand nodes: it opens with the nodes that
-failed or are held, says each repeated warning once with the nodes it concerns, and folds the
-admitted nodes into one line per rack.
+node x check so that any CI shows the failures (:mod:`gpuforge.reporting.junit`, the one JUnit
+writer). The HTML page (``gpuforge/reporting/templates/validation.html.j2`` on the reports' one
+layout) needs no JavaScript: the plots are inline SVG, their geometry computed here and their
+markup written by ``charts.html.j2``. It is written for a batch of a thousand nodes: it opens with
+the nodes that failed or are held, says each repeated warning once with the nodes it concerns, and
+folds the admitted nodes into one line per rack.
 """
 
 from __future__ import annotations
