@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuforge.admission import Admission
 from gpuforge.conformance import judge, plan
-from gpuforge.conformance.report import Changes, Placement, compare
+from gpuforge.conformance.report import Changes, Placement, compare, file_diffs_meta
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
 from gpuforge.rollout.lock import cluster_lock
@@ -152,6 +152,7 @@ def _one(
     elif deps.ssh is not None:
         current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
         raw = deps.ssh(nodes, opts.level)
+        history.update_meta(current.id, file_diffs_meta(raw))
         results = _judge_all(fleet, nodes, raw, "no answer over SSH")
         history.add(current.id, results.values())
     else:
@@ -279,6 +280,7 @@ def _collect_into(
         else [n for n in fleet.nodes if n not in history.results(current.id)]
     )
     raw = deps.collect(jobs) if deps.collect is not None and jobs else {}
+    history.update_meta(current.id, file_diffs_meta(raw))
     results = _judge_all(fleet, nodes, raw, missing, states)
     history.add(current.id, results.values())
     return results

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuforge.node import record
+from gpuforge.node import filediff, record
 from gpuforge.validate import checks
 
 #: Where the roles record the desired state.
@@ -91,6 +91,7 @@ class DriftReport:
     errors: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
     compared: int = 0
+    diffs: list[str] = field(default_factory=list)  # drifted files against their rendering
 
     def check(self) -> dict[str, Any]:
         """The ``conformance.drift`` check in the record's format.
@@ -117,6 +118,7 @@ class DriftReport:
         evidence = "\n".join(
             f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
         )
+        evidence = filediff.with_diffs(evidence, self.diffs)
         return {
             "check": CHECK,
             "status": status,
@@ -320,6 +322,7 @@ def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noq
                 continue
             if got != want:
                 report.items.append(DriftItem("file", path, want, got or "missing", e.role))
+                report.diffs.append(filediff.file_diff(e.path, path, system.read_text))
         _compare_sysctls(report, e, system)
 
     wanted_modules = {m: e.role for e in todo for m in e.modules}
