@@ -14,9 +14,10 @@
   ``events.json`` (drains, remediations, RMA steps), ``burnin.json`` and ``nccl.json`` (the last
   burn-in and NCCL results), each with its SHA-256 in the manifest.
 
-Nothing else goes in: no inventory, no host variables, no environment. Every text is passed
-through :func:`scrub` as well, which cuts private-key blocks and ``password=``-style values, so a
-secret that reached a tool's output or a report does not leave with the part.
+Nothing else goes in: no inventory, no host variables, no environment. Every file is passed
+through :func:`gpuforge.redact.scrub_file` as well (private keys, secret-named values, HTTP and URL
+credentials, password arguments; JSON scrubbed as JSON, so it stays valid), so a secret that
+reached a tool's output, a record or a report does not leave with the part.
 
 :func:`mark_out` and :func:`mark_back` record the part leaving (with the ticket) and returning in
 the history store; a returned node is drained ``gpuforge:join:validate``
@@ -46,6 +47,7 @@ from gpuforge.errors import InputError, OperationError
 from gpuforge.health.remediate import EVENT_REMEDIATION, EVENT_RMA, SOURCE
 from gpuforge.history import Event, HistoryStore
 from gpuforge.history.store import iso
+from gpuforge.redact import scrub_file, scrub_text
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.parsers import ibstat, nvidia_smi_xml
@@ -68,22 +70,6 @@ _COMMANDS = {
         "baseboard-serial-number; do printf '%s: ' $k; dmidecode -s $k; done"
     ),
 }
-_PEM = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
-    r".*?(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)",
-    re.DOTALL,
-)
-_SECRET_VALUE = re.compile(
-    r"(?i)\b([A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|"
-    r"private[_-]?key|munge[_-]?key)[A-Za-z0-9_.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
-)
-REDACTED = "[redacted by gpuforge]"
-
-
-def scrub(text: str) -> str:
-    """``text`` without private-key blocks and without the values of secret-looking keys."""
-    text = _PEM.sub(REDACTED, text)
-    return _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
 
 @dataclass(frozen=True)
@@ -141,13 +127,13 @@ def build_bundle(
     files["events.json"] = _json([e.to_dict() for e in events])
     files["burnin.json"] = _json(_latest_results(node, "burnin.", reports, events))
     files["nccl.json"] = _json(_latest_results(node, "nccl.", reports, events))
-    clean = {name: scrub(text) for name, text in files.items()}
+    clean = {name: scrub_file(name, text) for name, text in files.items()}
     manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "node": node,
         "created": dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="seconds"),
         "check": check,
-        "why": scrub(why),
+        "why": scrub_text(why),
         "hardware": hardware(
             node, files["nvidia-smi-q-x.xml"], files["ibstat.txt"], files["dmidecode.txt"]
         ),
@@ -160,7 +146,7 @@ def build_bundle(
             }
             for name, text in sorted(clean.items())
         ],
-        "errors": [scrub(e) for e in inputs.errors],
+        "errors": [scrub_text(e) for e in inputs.errors],
     }
     manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
