@@ -1,4 +1,8 @@
-"""Helpers shared by command modules: JSON output and the default spec."""
+"""What command modules share: the click options every command takes, JSON output, the spec.
+
+One definition per option (``--inventory``, ``--cluster``/CLUSTER, ``--via``, ``--state-dir``,
+``--json``); the cluster they select is built by :mod:`gpuforge.cli.context`.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,8 @@ import click
 from gpuforge.resources import project_path
 
 DEFAULT_SPEC = project_path("examples", "topologies", "lab.yaml")
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+#: The environment variable that moves the default state directory.
+STATE_DIR_ENV = "GPUFORGE_STATE_DIR"
 
 
 def echo_json(data: Any) -> None:
@@ -21,10 +25,35 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
 state_option = click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("GPUFORGE_STATE_DIR", "state"),
-    show_default="state/ or $GPUFORGE_STATE_DIR",
+    default=lambda: os.environ.get(STATE_DIR_ENV, "state"),
+    show_default=f"state/ or ${STATE_DIR_ENV}",
     help="Where the rollout and admission records (SQLite) and the lock live, per cluster.",
+)
+
+inventory_option = click.option(
+    "-i",
+    "--inventory",
+    "inventory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Cluster directory: generated/ and site/ (a lab's: .lab/<lab>/inventory); "
+    "default inventory/CLUSTER.",
+)
+
+cluster_option = click.option(
+    "--cluster",
+    help="Cluster name: its directory is inventory/CLUSTER, its state <state-dir>/CLUSTER.",
+)
+
+cluster_argument = click.argument("cluster", required=False)
+
+via_option = click.option(
+    "--via",
+    metavar="HOST|local",
+    help="Where Slurm's commands run: 'local' on this machine, else HOST (a controller or "
+    "login node) over SSH with the inventory's connection settings.",
 )

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuforge.admission import Admission, parse_reason
+from gpuforge.admission import Admission, ValidationWindow, parse_reason
 from gpuforge.errors import GpuforgeError
 from gpuforge.history import HistoryStore
 from gpuforge.slurm import control
@@ -244,18 +244,15 @@ class Remediator:
         nodes = [c.node for c in acted]
         others = [n for n in self.population if n not in set(nodes)]
         partners = self.admission.idle_in_service(others, self.policy.partners)
-        window = self.policy.reservation
-        self.admission.open_window(window, [*nodes, *partners])
-        try:
+        with ValidationWindow(
+            self.admission, self.policy.reservation, [*nodes, *partners]
+        ) as window:
             summary = self.validate(nodes, partners)
             verdicts = {v.node: v for v in summary.nodes if v.node in set(nodes)}
             # A failed node is not admitted here: closing the window gives it back its reason.
-            admitted = self.admission.admit(
-                [v for v in verdicts.values() if v.verdict is not Verdict.QUARANTINE],
-                window=window,
+            admitted = window.admit(
+                [v for v in verdicts.values() if v.verdict is not Verdict.QUARANTINE]
             )
-        finally:
-            self.admission.close_window(window)
         slurm = {a.node: a for a in admitted}
         out: list[Outcome] = []
         for c in acted:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge import reach
-from gpuforge.admission import Admission
+from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.errors import InputError
 from gpuforge.execution import run_sharded
 from gpuforge.execution.executors import ExecutionPlan
@@ -171,15 +171,13 @@ class AnsibleSteps:
         partners = (
             [] if level == "quick" else self.admission.idle_in_service(admitted, self.partners)
         )
-        self.admission.open_window(self.reservation, [*hosts, *partners])
+        window = ValidationWindow(self.admission, self.reservation, [*hosts, *partners]).open()
         try:
             return self.validate_fn(hosts, level, partners)
         except BaseException:
-            self.admission.close_window(self.reservation)
+            window.close()
             raise
 
     def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
-        try:
-            return self.admission.admit(verdicts, window=self.reservation)
-        finally:
-            self.admission.close_window(self.reservation)  # admitted nodes open to users
+        # The window validate() opened (or a killed run left): admitted nodes open to users.
+        return ValidationWindow(self.admission, self.reservation).admit(verdicts)
