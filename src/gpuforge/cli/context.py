@@ -91,11 +91,16 @@ class ClusterContext:
     _view: ClusterView | None = field(default=None, repr=False)
 
     @property
-    def inventory(self) -> InventoryDir:
-        """The cluster directory; InputError when the command was given none."""
+    def path(self) -> Path:
+        """The cluster directory as given (not opened); InputError when the command has none."""
         if self.root is None:
             raise InputError(f"cluster {self.name}: give --inventory DIR (the cluster directory)")
-        return InventoryDir.open(self.root)
+        return self.root
+
+    @property
+    def inventory(self) -> InventoryDir:
+        """The cluster directory; InputError when the command was given none."""
+        return InventoryDir.open(self.path)
 
     @property
     def view(self) -> ClusterView:
