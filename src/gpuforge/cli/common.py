@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpuforge.errors import Interrupted
 from gpuforge.resources import project_path
 
 DEFAULT_SPEC = project_path("examples", "topologies", "lab.yaml")
@@ -23,6 +27,22 @@ STATE_DIR_ENV = "GPUFORGE_STATE_DIR"
 def echo_json(data: Any) -> None:
     """Print ``data`` as stable, indented JSON."""
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM end the run as "interrupted" (recorded), never half-written."""
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise Interrupted("interrupted by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted by SIGINT (Ctrl-C)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")

@@ -17,7 +17,11 @@ from gpuforge.execution.executors import plan as execution_plan
 from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.lock import play_record
+from gpuforge.rollout.state import StateStore
+from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm.control import NodeAction, SlurmClient
+from gpuforge.validate.pipeline import PEER_CHECKS
 from gpuforge.validate.result import NodeVerdict
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
@@ -181,3 +185,33 @@ class AnsibleSteps:
     def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
         # The window validate() opened (or a killed run left): admitted nodes open to users.
         return ValidationWindow(self.admission, self.reservation).admit(verdicts)
+
+
+def ansible_steps(
+    inventory: Path,
+    admission: Admission,
+    run_dir: Path,
+    store: StateStore,
+    lock: Path,
+    *,
+    reservation: str,
+    on_event: EventHandler | None = None,
+) -> AnsibleSteps:
+    """The rollout's real steps (deploy and upgrade): plays, validators, ``admission``."""
+    return AnsibleSteps(
+        inventory=inventory,
+        artifacts=run_dir / "ansible",
+        validate_fn=lambda hosts, lvl, peers: validate_with_validators(
+            inventory,
+            hosts,
+            lvl,
+            run_dir / "validation",
+            reservation=reservation,
+            known_good=peers,
+            peer_reference=store.latest_measured(peers, PEER_CHECKS),
+        ),
+        admission=admission,
+        reservation=reservation,
+        on_event=on_event,
+        play_record=play_record(lock),
+    )
