@@ -17,6 +17,7 @@ import click
 from gpuforge.admission import BreakerPolicy
 from gpuforge.cli.common import (
     cluster_argument,
+    cluster_option,
     echo_json,
     inventory_option,
     json_option,
@@ -208,11 +209,11 @@ def report_cmd(  # noqa: PLR0917 - one parameter per CLI option
 
 @conformance.command("history")
 @click.argument("node")
-@click.option("--cluster", required=True, help="Cluster name (its state under --state-dir).")
+@cluster_option
 @click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True)
 @state_option
 @json_option
-def history_cmd(node: str, cluster: str, limit: int, state_dir: Path, as_json: bool) -> None:
+def history_cmd(node: str, cluster: str | None, limit: int, state_dir: Path, as_json: bool) -> None:
     """NODE's conformance results, newest first."""
     rows = _history(state_context(cluster, state_dir), create=False).node_history(node, limit)
     if not rows:
@@ -227,11 +228,11 @@ def history_cmd(node: str, cluster: str, limit: int, state_dir: Path, as_json: b
 
 
 @conformance.command("prune")
-@click.option("--cluster", required=True, help="Cluster name (its state under --state-dir).")
+@cluster_option
 @click.option("--full-days", type=click.FloatRange(min=1), default=90.0, show_default=True)
 @click.option("--keep-days", type=click.FloatRange(min=1), default=400.0, show_default=True)
 @state_option
-def prune_cmd(cluster: str, full_days: float, keep_days: float, state_dir: Path) -> None:
+def prune_cmd(cluster: str | None, full_days: float, keep_days: float, state_dir: Path) -> None:
     """Drop passing rows older than --full-days and every row older than --keep-days."""
     gone = _history(state_context(cluster, state_dir), create=False).prune(
         full_days=full_days, keep_days=keep_days

@@ -186,8 +186,12 @@ def cluster_context(
     return ClusterContext(name, state_paths(state_dir, name), root, view)
 
 
-def state_context(cluster: str, state_dir: Path, inventory: Path | None = None) -> ClusterContext:
+def state_context(
+    cluster: str | None, state_dir: Path, inventory: Path | None = None
+) -> ClusterContext:
     """A command that reads or changes one cluster's state by name (``--cluster NAME``)."""
+    if not cluster:
+        raise InputError("give --cluster NAME: the cluster whose state under --state-dir to use")
     return ClusterContext(cluster, state_paths(state_dir, cluster), inventory)
 
 

@@ -19,6 +19,7 @@ import click
 
 from gpuforge.cli.common import (
     cluster_argument,
+    cluster_option,
     echo_json,
     inventory_option,
     json_option,
@@ -206,7 +207,7 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
 
 @health.command("history")
 @click.argument("node")
-@click.option("--cluster", help="Cluster name (default: the only one under --state-dir).")
+@cluster_option
 @state_option
 @click.option("--since", help="Only since: a span (7d, 12h) or an ISO time. Default: all kept.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)

@@ -45,7 +45,7 @@ def _operator(
     if inventory is not None and cluster is None:
         ctx = cluster_context(None, inventory, state_dir)
     else:
-        ctx = state_context(str(cluster), state_dir, inventory)
+        ctx = state_context(cluster, state_dir, inventory)
     return ctx.admission(_client(via, inventory), OPERATOR, timeout=timeout)
 
 
@@ -189,13 +189,8 @@ def window_group() -> None:
     """Maintenance windows gpuforge opened (a killed run may leave one open)."""
 
 
-window_cluster = click.option(
-    "--cluster", required=True, help="Cluster name (the topology spec's name)."
-)
-
-
 def _admission(
-    cluster: str, state_dir: Path, via: str | None, inventory: Path | None, timeout: float
+    cluster: str | None, state_dir: Path, via: str | None, inventory: Path | None, timeout: float
 ) -> Admission:
     ctx = state_context(cluster, state_dir, inventory)
     if not ctx.state.admission_db.is_file():
@@ -204,10 +199,10 @@ def _admission(
 
 
 @window_group.command("list")
-@window_cluster
+@cluster_option
 @state_option
 @json_option
-def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
+def window_list(*, cluster: str | None, state_dir: Path, as_json: bool) -> None:
     """List the windows recorded open, with the state each node had before."""
     path = state_context(cluster, state_dir).state.admission_db
     windows = AdmissionRecord(path).windows() if path.is_file() else []
@@ -235,7 +230,7 @@ def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
 
 @window_group.command("close")
 @click.argument("name")
-@window_cluster
+@cluster_option
 @state_option
 @via_option
 @inventory_option
@@ -244,7 +239,7 @@ def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
 def window_close(
     *,
     name: str,
-    cluster: str,
+    cluster: str | None,
     state_dir: Path,
     via: str | None,
     inventory: Path | None,
