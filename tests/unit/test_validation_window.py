@@ -14,19 +14,11 @@ from gpuforge.admission import (
     BreakerPolicy,
     ValidationWindow,
 )
-from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.result import NodeVerdict, Verdict
 from tests.unit.slurm.fake import FakeSlurm
+from tests.unit.test_admission import Clock, make
 
 HANDS = "RMA 4711 waiting for a new HGX board"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -42,8 +34,7 @@ def fake() -> FakeSlurm:
 
 
 def _adm(fake: FakeSlurm, tmp_path: Path, **kw: object) -> Admission:
-    record = AdmissionRecord(tmp_path / "lab" / "admission.db")
-    return Admission(SlurmClient(fake, "ctl01"), record, source="test", clock=Clock(), **kw)  # type: ignore[arg-type]
+    return make(fake, AdmissionRecord(tmp_path / "lab" / "admission.db"), Clock(), **kw)
 
 
 def test_admit_inside_the_window_then_it_is_closed(fake: FakeSlurm, tmp_path: Path) -> None:

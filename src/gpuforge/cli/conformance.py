@@ -139,6 +139,8 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
 ) -> None:
     """Check every idle node of CLUSTER against its desired state; report what changed.
 
+    Slurm's commands run on the inventory's controller over SSH unless --via says otherwise.
+
     Exit 0 every checked node conforms; 1 a node failed or could not be judged; 2 bad input,
     or the run was cut short (partial).
     """
