@@ -27,7 +27,7 @@ from gpuforge.cli.common import (
 from gpuforge.cli.context import ClusterContext, cluster_context, state_context
 from gpuforge.conformance import report
 from gpuforge.conformance.run import LEVELS, Options, Outcome
-from gpuforge.conformance.wiring import Cluster, fleet_of, run_cluster
+from gpuforge.conformance.wiring import RunTarget, fleet_of, run_cluster
 from gpuforge.errors import InputError
 from gpuforge.history.conformance import ConformanceHistory
 from gpuforge.history.store import HistoryStore
@@ -159,7 +159,7 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
         )
     )
     outcome = run_cluster(
-        Cluster(ctx.path, ctx.fleet, admission, lambda: ctx.view),
+        RunTarget(ctx.path, ctx.fleet, admission, lambda: ctx.view),
         history,
         opts,
         lock_path=ctx.state.conformance_lock,

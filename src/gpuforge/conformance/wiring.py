@@ -169,7 +169,7 @@ def collector_for_run(
 
 
 #: Runs the validation pipeline on nodes inside a reservation (the real one: :func:`_pipeline`).
-ValidateFn = Callable[[Sequence[str], str], BatchSummary]
+BurninFn = Callable[[Sequence[str], str], BatchSummary]
 
 
 def burnin_results(summary: BatchSummary) -> dict[str, NodeResult]:
@@ -188,7 +188,7 @@ def burnin_results(summary: BatchSummary) -> dict[str, NodeResult]:
 
 
 def burnin_tests(
-    admission: Admission, validate: ValidateFn
+    admission: Admission, validate: BurninFn
 ) -> Callable[[Sequence[str]], Mapping[str, NodeResult]]:
     """Level burnin's fabric part through the validation pipeline, in a maintenance window.
 
@@ -206,7 +206,7 @@ def burnin_tests(
     return tests
 
 
-def pipeline_burnin(root: Path, report_dir: Path) -> ValidateFn:
+def pipeline_burnin(root: Path, report_dir: Path) -> BurninFn:
     """The pipeline's tiers run whole (its DCGM level 2 repeats the task's, its gpu-burn is cut
     to 60 s): one code path for acceptance and nightly burn-in."""
 
@@ -229,7 +229,7 @@ def pipeline_burnin(root: Path, report_dir: Path) -> ValidateFn:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class RunTarget:
     """What :func:`run_cluster` needs of the cluster; the CLI builds it from its context."""
 
     root: Path  # the cluster directory
@@ -240,7 +240,7 @@ class Cluster:
 
 
 def run_cluster(
-    cluster: Cluster,
+    cluster: RunTarget,
     history: ConformanceHistory,
     opts: Options,
     *,
