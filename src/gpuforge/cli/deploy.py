@@ -23,7 +23,7 @@ from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
 from gpuforge.rollout.lock import holder
 from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
-from gpuforge.rollout.steps import ansible_steps, controller_client
+from gpuforge.rollout.steps import ansible_steps
 from gpuforge.rollout.ui import deploy_progress
 from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
@@ -79,7 +79,7 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
     with deploy_progress(console) as progress:
         steps = ansible_steps(
             ctx.path,
-            ctx.admission(controller_client(ctx.path, controllers[0]), "deploy"),
+            ctx.admission(ctx.slurm(controllers[0]), "deploy"),
             run_dir,
             store,
             lock,

@@ -24,7 +24,7 @@ from gpuforge.cli.context import spec_context
 from gpuforge.cli.upgrade import build_plan, limits_options, query_inventory, spec_argument
 from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS
-from gpuforge.rollout.steps import ansible_steps, controller_client
+from gpuforge.rollout.steps import ansible_steps
 from gpuforge.topology import load_cluster
 from gpuforge.upgrade.run import (
     POLICIES,
@@ -109,7 +109,7 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
     store, lock = deploy_cli.store_and_lock(ctx)
     deploy_steps = ansible_steps(
         ctx.path,
-        ctx.admission(controller_client(ctx.path, controllers[0]), "upgrade"),
+        ctx.admission(ctx.slurm(controllers[0]), "upgrade"),
         run_dir,
         store,
         lock,

@@ -14,13 +14,13 @@ from gpuforge.errors import InputError
 from gpuforge.execution import run_sharded
 from gpuforge.execution.executors import ExecutionPlan
 from gpuforge.execution.executors import plan as execution_plan
-from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
+from gpuforge.inventory.reader import InventoryDir, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import StateStore
 from gpuforge.rollout.validation import validate_with_validators
-from gpuforge.slurm.control import NodeAction, SlurmClient
+from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.pipeline import PEER_CHECKS
 from gpuforge.validate.result import NodeVerdict
 
@@ -58,11 +58,6 @@ class PlayTimeout:
         if self.override_s is not None:
             return self.override_s
         return self.fixed_s + per_round_s * max(1, math.ceil(hosts / self.forks))
-
-
-def controller_client(inventory: Path, controller: str) -> SlurmClient:
-    """Run Slurm commands on ``controller`` over SSH with the inventory's connection settings."""
-    return SlurmClient.over_ssh(controller, host_vars(inventory, controller))
 
 
 @dataclass
