@@ -24,7 +24,17 @@ A maintenance window (:meth:`Admission.open_window`) is a root-only ``maint,igno
 reservation in which the nodes are resumed for acceptance jobs. Its record (reservation name,
 nodes, and how each node was before) is written before Slurm is touched, so a killed run leaves
 a window that the next run, or ``gpuforge slurm window close``, closes: every node not decided by
-:meth:`Admission.admit` gets its earlier state back, then the reservation is deleted.
+:meth:`Admission.admit` gets its earlier state back, then the reservation is deleted. Every
+caller that validates nodes in a window (deploy and upgrade, ``validate --drain``, remediation,
+conformance) goes through the one :class:`ValidationWindow`: open → validate → admit → close,
+the window closed on every way out.
+
+An operator's ``gpuforge slurm drain|resume`` goes through :meth:`Admission.operator_drain` and
+:meth:`Admission.operator_resume`: done as told (an explicit command is never refused by the
+circuit breaker, and its drains do not use up the automatic budget: ``operator`` is
+:data:`PLANNED`), and recorded with source ``operator``. An operator's drain in its own words is
+never lifted by gpuforge's automatic actions (:func:`is_ours`); one written in gpuforge's format
+(``gpuforge:gpu.xid:reboot``) hands the node to gpuforge on purpose (``gpuforge remediate``).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
 from gpuforge import database
 from gpuforge.database import Foreign, Schema, Step
@@ -137,10 +148,13 @@ def verdict_reason(verdict: NodeVerdict, action: str = "quarantine") -> str:
 # -- the circuit breaker -------------------------------------------------------------------------
 
 
+#: The ``source`` an operator's ``gpuforge slurm drain|resume`` is recorded under.
+OPERATOR = "operator"
+
 #: Sources whose drains are planned work with limits of their own (a rolling upgrade's waves, an
 #: operator's hand): they do not use up the circuit breaker, which caps what automatic fault
 #: verdicts (health, conformance, validate, predictions) take out of service.
-PLANNED = frozenset({"upgrade", "operator"})
+PLANNED = frozenset({"upgrade", OPERATOR})
 
 
 @dataclass(frozen=True)
@@ -513,6 +527,27 @@ class Admission:
         """Windows recorded open (a killed run's, or one in progress)."""
         return self.record.windows()
 
+    # -- an operator's hands
+
+    def operator_drain(self, nodes: str | Sequence[str], reason: str) -> list[NodeAction]:
+        """Drain ``nodes`` with the operator's ``reason`` as told, and record it (``operator``).
+
+        Not passed through the circuit breaker (an explicit command is the operator's call) and
+        not counted by it (``operator`` is :data:`PLANNED`); the record says which drains took a
+        node out of service. A reason in other words than gpuforge's is never lifted by
+        gpuforge's automatic actions.
+        """
+        changes = control.drain(self.slurm, nodes, reason, timeout=self.timeout)
+        rows = [(c, c.changed and not _was_drained(c.before)) for c in changes]
+        self.record.add_actions(self.clock(), OPERATOR, rows)
+        return changes
+
+    def operator_resume(self, nodes: str | Sequence[str], reason: str) -> list[NodeAction]:
+        """Return ``nodes`` to service as told (whoever drained them), and record it."""
+        changes = control.resume(self.slurm, nodes, reason, timeout=self.timeout)
+        self.record.add_actions(self.clock(), OPERATOR, [(c, False) for c in changes])
+        return changes
+
     # -- admission
 
     def admit(
@@ -689,6 +724,71 @@ class _Plan:
             return None
         # hold, none (operator's drain or already in service), refused: as it was before
         return self.prior.reason if self.prior.drained else None
+
+
+def _was_drained(state_text: str) -> bool:
+    return bool(control.DRAIN_FLAGS.intersection(state_text.split("+")))
+
+
+@dataclass
+class ValidationWindow:
+    """open → validate → admit → close: the one way nodes are validated inside a window.
+
+    ``name`` is the maintenance reservation (None: validation needs no window; :meth:`admit`
+    then admits outside one, and :meth:`open`/:meth:`close` do nothing). :meth:`admit` closes the
+    window whatever it does, and leaving the ``with`` block closes it on every other way out (a
+    failed validation, Ctrl-C): each node not admitted gets its state from before the window.
+    The record is written before Slurm is touched, so a killed run leaves a window the next run
+    (or ``gpuforge slurm window close``) closes.
+
+    Used as ``with ValidationWindow(adm, name, nodes) as window: ...; window.admit(verdicts)``,
+    or in two halves (deploy's validate and admit steps): :meth:`open` ... :meth:`admit`.
+    """
+
+    admission: Admission
+    name: str | None
+    nodes: Sequence[str] = ()
+    _open: bool = field(default=False, init=False)
+
+    def open(self) -> ValidationWindow:
+        """Reserve the nodes and resume them inside the window (:meth:`Admission.open_window`)."""
+        if self.name is not None and self.nodes:
+            self.admission.open_window(self.name, self.nodes)
+            self._open = True
+        return self
+
+    def admit(
+        self, verdicts: Iterable[NodeVerdict], *, actions: Mapping[str, str] | None = None
+    ) -> list[NodeAction]:
+        """Admit ``verdicts`` inside the window (:meth:`Admission.admit`), then close it."""
+        try:
+            if actions is None:
+                return self.admission.admit(verdicts, window=self.name)
+            return self.admission.admit(verdicts, window=self.name, actions=actions)
+        finally:
+            self.close(always=True)
+
+    def close(self, *, always: bool = False) -> list[NodeAction]:
+        """Give undecided nodes their earlier state; delete the reservation. Safe to repeat.
+
+        ``always``: close the window by name even if this object did not open it (a window
+        opened by deploy's validate step, admitted by its admit step).
+        """
+        if self.name is None or not (self._open or always):
+            return []
+        self._open = False
+        return self.admission.close_window(self.name)
+
+    def __enter__(self) -> ValidationWindow:
+        return self.open()
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def summarize(actions: Iterable[NodeAction]) -> dict[str, int]:

@@ -38,11 +38,12 @@ from typing import Any, Protocol
 
 from gpuforge.admission import format_reason, is_ours
 from gpuforge.errors import InputError, Interrupted
+from gpuforge.inventory.render import all_vars
 from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.rollout.state import NodeState, StateStore
 from gpuforge.slurm.control import NodeAction, SlurmNode
-from gpuforge.topology.cluster import passes_needed
+from gpuforge.topology.cluster import Cluster, passes_needed
 from gpuforge.upgrade.plan import UpgradePlan
 from gpuforge.validate.result import NodeVerdict, Verdict
 
@@ -567,3 +568,40 @@ def _wave(  # noqa: PLR0912, PLR0917, PLR0915 - one wave, step by step
         detail += "; skipped: " + ", ".join(f"{h} ({m})" for h, m in sorted(skipped.items()))
     record.end_wave(uid, number, passed, detail)
     return WaveOutcome(number, nodes, done, quarantined, skipped, passed, detail, clock() - start)
+
+
+#: The roles' version variables, as ``gpuforge inventory generate`` writes them from the spec.
+VERSION_VARS = (
+    "nvidia_driver_version",
+    "cuda_toolkit_version",
+    "nccl_version",
+    "dcgm_version",
+    "slurm_version",
+    "doca_ofed_version",
+)
+
+
+def require_generated_pins(cluster: Cluster, inventory: Path, spec: Path) -> None:
+    """Refuse (exit 2) when the inventory's generated layer pins other versions than SPEC.
+
+    The roles install what the inventory says, and the validators expect it: a run against an
+    inventory generated from the old spec would "upgrade" every node to the versions it has.
+    """
+    import yaml  # noqa: PLC0415 - only the run reads the generated layer
+
+    path = inventory / "generated" / "group_vars" / "all.yml"
+    try:
+        have = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the generated inventory: {exc}") from None
+    want = all_vars(cluster)
+    diff = [
+        f"{key} {have.get(key)} (spec: {want.get(key)})"
+        for key in VERSION_VARS
+        if str(have.get(key)) != str(want.get(key))
+    ]
+    if diff:
+        raise InputError(
+            f"{path}: generated from other pins than {spec}: {', '.join(diff)}; run "
+            f"`gpuforge inventory generate {spec} --output {inventory}` first"
+        )
