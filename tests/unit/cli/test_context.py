@@ -24,7 +24,7 @@ def test_state_paths_are_the_records_of_today(tmp_path: Path) -> None:
     assert paths.admission_db == record_path(tmp_path, "lab")
     assert paths.history_db == history_path(tmp_path, "lab")
     assert paths.rollout_db == tmp_path / "lab" / "rollout.db"
-    assert paths.rollout_lock == tmp_path / "lab" / "rollout.lock"
+    assert paths.lock == tmp_path / "lab" / "rollout.lock"
     assert paths.conformance_lock == tmp_path / "lab" / "conformance.lock"
 
 
