@@ -26,7 +26,7 @@ REPEAT = int(os.environ.get("REPEAT", "3"))
 
 def _child(spec: str, out: str) -> None:
     """In the subprocess: time load+expand+render+write, report JSON on stdout."""
-    from gpuforge.inventory.render import write_inventory  # noqa: PLC0415 - timed import
+    from gpuforge.generate import write_inventory  # noqa: PLC0415 - timed import
     from gpuforge.topology import load_spec  # noqa: PLC0415
     from gpuforge.topology.expand import expand  # noqa: PLC0415
 

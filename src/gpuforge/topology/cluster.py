@@ -138,6 +138,14 @@ class Cluster:
         return fabric_rate(self.spec)
 
 
+def su_tag(cluster: Cluster, su: int) -> str:
+    """The name part of scalable unit ``su``: ``su01``, zero-padded to the cluster's SU count.
+
+    Slurm features, leaf names and inventory groups (``su_01``) all spell an SU this way.
+    """
+    return f"su{su:0{max(2, len(str(cluster.sus)))}d}"
+
+
 def compress(hosts: tuple[str, ...] | list[str]) -> str:
     """A Slurm hostlist expression for ``hosts`` (python-hostlist)."""
     return str(hostlist.collect_hostlist(list(hosts))) if hosts else ""

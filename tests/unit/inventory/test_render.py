@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from gpuforge.errors import InputError, OperationError
+from gpuforge.generate import render_files, write_inventory
 from gpuforge.inventory import render
-from gpuforge.inventory.render import render_files, write_inventory
 from gpuforge.slurm.conf import nodes_conf, topology_conf
 from gpuforge.topology import Cluster, load_cluster
 
