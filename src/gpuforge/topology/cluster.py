@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import hostlist
 
@@ -15,9 +16,12 @@ from gpuforge.topology.fabric import FabricPlan
 from gpuforge.topology.model import Topology
 
 
-@dataclass(frozen=True, slots=True)
-class RailPort:
-    """One compute NIC of a node and where it lands."""
+class RailPort(NamedTuple):
+    """One compute NIC of a node and where it lands.
+
+    A named tuple, like :class:`Link`: a 100k-GPU cluster has 100,000 of them and half a million
+    links, and ``topology.json`` writes each as the row of its fields, in this order.
+    """
 
     rail: int
     device: str
@@ -62,8 +66,7 @@ class Switch:
         return ("leaf", "spine", "core")[self.tier - 1]
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(NamedTuple):
     """One cable: ``lower`` (a node or switch) up to ``upper``; tier 1 is node to leaf."""
 
     lower: str
