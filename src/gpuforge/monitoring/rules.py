@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from gpuforge.topology.cluster import Cluster
+from gpuforge.topology.skus import power_w as sku_power_w
 from gpuforge.validate.xid_catalogue import Action, XidCatalogue, catalogue
 
 #: Where the runbooks are published; ``runbook_url`` is ``<base>/<AlertName>.md``.
@@ -44,26 +45,8 @@ ALERTS_FILE = "gpuforge-alerts.yml"
 RECORDS_FILE = "gpuforge-records.yml"
 SEVERITIES = ("critical", "warning", "info")
 
-#: Maximum board power per GPU by SKU, watts (NVIDIA datasheets: H100/H200 SXM 700 W, A100 SXM
-#: 400 W, B200 1000 W, GB200 1200 W per GPU, L40S 350 W, H100 PCIe 350 W). A model not listed
-#: falls back to :data:`DEFAULT_GPU_POWER_W`.
-GPU_POWER_W: Mapping[str, float] = {
-    "H100-SXM-80GB": 700.0,
-    "H100-SXM": 700.0,
-    "H100": 700.0,
-    "H200-SXM-141GB": 700.0,
-    "H200-SXM": 700.0,
-    "H200": 700.0,
-    "A100-SXM-80GB": 400.0,
-    "A100-SXM4-80GB": 400.0,
-    "A100-SXM": 400.0,
-    "A100": 400.0,
-    "B200-SXM-180GB": 1000.0,
-    "B200": 1000.0,
-    "GB200": 1200.0,
-    "H100-PCIE-80GB": 350.0,
-    "L40S": 350.0,
-}
+#: Maximum board power per GPU comes from the SKU catalogue (gpuforge.topology.skus, with its
+#: datasheet sources); a model the catalogue does not know falls back to this.
 DEFAULT_GPU_POWER_W = 700.0
 #: The base load (CPUs, memory, NICs, fans) is the node's spec peak (``power_kw``) less its GPUs'
 #: maximum; a node type whose GPUs alone reach its peak still counts this fraction of it.
@@ -501,7 +484,8 @@ def fleet_records() -> list[dict[str, str]]:
 
 
 def _gpu_power_w(model: str | None) -> float:
-    return GPU_POWER_W.get(model or "", DEFAULT_GPU_POWER_W)
+    watts = sku_power_w(model)
+    return DEFAULT_GPU_POWER_W if watts is None else watts
 
 
 def spec_records(cluster: Cluster) -> list[dict[str, Any]]:
