@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE))
 
 from gpuforge_sim import __version__ as SIM_VERSION  # noqa: E402, N812
 from gpuforge_sim.dcgm_exporter import COUNTERS_CSV  # noqa: E402
+from gpuforge_sim.skus import CATALOGUE_NAME, CATALOGUE_PATHS  # noqa: E402
 
 LIB = "/usr/lib/gpuforge-sim"
 MAINTAINER = "gpuforge lab <lab@gpuforge.invalid>"
@@ -301,6 +302,14 @@ class Package:
         return root
 
 
+def catalogue_path() -> Path:
+    """gpuforge's SKU catalogue (a checkout's or an installed wheel's), never a node's copy."""
+    for path in CATALOGUE_PATHS[1:]:
+        if path.is_file():
+            return path
+    raise SystemExit(f"build_packages: no SKU catalogue at {CATALOGUE_PATHS[1:]}")
+
+
 def entry(tool: str) -> tuple[str, int]:
     return (ENTRY.format(tool=tool, lib=LIB), 0o755)
 
@@ -309,6 +318,8 @@ def common_package() -> Package:
     files: dict[str, tuple[str, int]] = {}
     for src in sorted((HERE / "gpuforge_sim").glob("*.py")):
         files[f"{LIB}/gpuforge_sim/{src.name}"] = (src.read_text(), 0o644)
+    # gpuforge's SKU catalogue, which the simulator reads beside its modules (skus.py).
+    files[f"{LIB}/gpuforge_sim/{CATALOGUE_NAME}"] = (catalogue_path().read_text(), 0o644)
     for tool in ("dmesg", "lsmod", "modprobe"):
         files[f"{LIB}/wrappers/{tool}"] = entry(tool)
     files["/usr/sbin/gpuforge-sim-netdevs"] = entry("gpuforge-sim-netdevs")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpuforge import reach
+from gpuforge.execution import plays
 from gpuforge.rollout import steps
 from gpuforge.rollout.steps import AnsibleSteps, PlayTimeout
 
@@ -109,7 +110,8 @@ def test_preflight_plays_only_on_nodes_that_answered(
         "gpu02": {"ansible_host": "127.0.0.1", "ansible_port": hung_port},
     }
     monkeypatch.setattr(steps, "list_inventory", lambda _inv: {"_meta": {"hostvars": hostvars}})
-    monkeypatch.setattr(steps.InventoryDir, "open", lambda _p: type("I", (), {"sources": ()})())
+    monkeypatch.setattr(plays, "list_inventory", lambda _inv: {"_meta": {"hostvars": hostvars}})
+    monkeypatch.setattr(plays.InventoryDir, "open", lambda _p: type("I", (), {"sources": ()})())
     monkeypatch.setattr(reach, "DEADLINE_S", 1.0)
     played: dict[str, Any] = {}
 
@@ -117,7 +119,7 @@ def test_preflight_plays_only_on_nodes_that_answered(
         played.update(kw, playbook=playbook)
         return type("R", (), {"unreachable": {}, "failed": {}, "hosts": {"gpu01": None}})()
 
-    monkeypatch.setattr(steps, "run_playbook", fake_run)
+    monkeypatch.setattr(plays, "run_playbook", fake_run)
     ansible = AnsibleSteps(
         inventory=tmp_path,
         artifacts=tmp_path / "a",

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .state import ENV_STATE, STATE_PATH
+from .paths import state_path
 
 #: Test-only overrides, read by the simulator alone.
 ENV_BOOT_TIME = "GPUFORGE_SIM_BOOT_TIME"  # epoch seconds of this boot
@@ -58,7 +58,7 @@ def uptime() -> float:
 
 def cleared_path() -> Path:
     """``cleared.json`` beside the state file: fault ids a GPU reset cleared, per node."""
-    return Path(os.environ.get(ENV_STATE) or STATE_PATH).with_name("cleared.json")
+    return state_path().with_name("cleared.json")
 
 
 def load_cleared() -> dict[str, dict[str, Any]]:

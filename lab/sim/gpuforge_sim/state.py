@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .lifecycle import split_faults
+from .paths import state_path
 from .skus import CUDA_BY_BRANCH, Sku, resolve_sku
 
-STATE_PATH = Path("/var/lib/gpuforge-sim/state.json")
 # Test-only overrides, read by the simulator alone (never by gpuforge's production code).
-ENV_STATE = "GPUFORGE_SIM_STATE"
 ENV_VERSIONS = "GPUFORGE_SIM_VERSIONS"  # JSON {"package": "version"} instead of dpkg-query
 RUN_DIR_ENV = "GPUFORGE_SIM_RUN"  # test override of RUN_DIR
 RUN_DIR = Path("/run/gpuforge-sim")
@@ -42,7 +42,7 @@ class SimError(Exception):
 
 def load_state() -> dict[str, Any]:
     """The state document, or SimError like a driver that is not loaded."""
-    path = Path(os.environ.get(ENV_STATE) or STATE_PATH)
+    path = state_path()
     try:
         doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -282,8 +282,6 @@ class Lab:
 
     def local(self) -> NodeView:
         """This node with only its active faults (not cleared by a GPU reset or a reboot)."""
-        from .lifecycle import split_faults  # noqa: PLC0415 - lifecycle imports this module
-
         view = self.node(self.hostname)
         active, logged = split_faults(view.hostname, list(view.raw.get("faults", [])))
         return NodeView(

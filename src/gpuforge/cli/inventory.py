@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from gpuforge.cli.topology import spec_argument
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.inventory.reader import GENERATED, SITE
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.topology import load_cluster
 
 

@@ -66,7 +66,7 @@ def mirror_cmd(force: bool) -> None:
 )
 def up_cmd(spec: Path | None, faults: Path | None) -> None:
     """Bring up one container per node of SPEC (default: the lab spec); idempotent."""
-    from gpuforge.inventory.render import write_cluster_inventory  # noqa: PLC0415
+    from gpuforge.generate import write_cluster_inventory  # noqa: PLC0415
     from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
     from gpuforge.lab import faults as lab_faults  # noqa: PLC0415
     from gpuforge.lab.image import ensure_image  # noqa: PLC0415

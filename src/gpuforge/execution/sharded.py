@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,20 +28,29 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.atomic import write_atomic
-from gpuforge.errors import InputError, Interrupted, OperationError
+from gpuforge.errors import InputError, Interrupted
 from gpuforge.execution import artifacts, shards
 from gpuforge.execution.executors import ExecutionHost, local_hosts, preflight
 from gpuforge.execution.stream import Event, ShardRun, build_project, stream_shard
 from gpuforge.inventory.reader import InventoryDir, read_generated_hosts
-from gpuforge.node import bundle
 from gpuforge.playbook import HostStats, RunResult, strategy_settings
 
-#: The health role's prebuilt node checker (a path on the machine that runs Ansible).
-HEALTH_BUNDLE_VAR = "health_bundle_src"
-BUNDLE_TIMEOUT_S = 120
 #: Attempts of one shard before its remaining hosts are given up as failed.
 MAX_ATTEMPTS = 3
 DEFAULT_LOCAL_WORKERS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectInput:
+    """A file a play needs on the machine that runs Ansible, built here when it runs elsewhere.
+
+    ``build(project)`` writes it into the project that every shard ships (built once, the same
+    bytes for every shard) and returns the value of the extra var ``var`` that points the play
+    at it. Skipped when the caller's extra vars already set ``var``.
+    """
+
+    var: str
+    build: Callable[[Path], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,7 @@ def run_sharded(
     timeout_s: int = 3600,
     on_event: Callable[[Event], None] | None = None,
     bytes_per_host: int | None = None,
+    inputs: Sequence[ProjectInput] = (),
 ) -> ShardedResult:
     """Run ``playbook`` on ``hosts`` of the cluster ``inventory``.
 
@@ -118,7 +127,8 @@ def run_sharded(
     first (:func:`~gpuforge.execution.executors.preflight`): a bad entry raises InputError
     before any node is touched. ``max_hosts`` cuts each SU's shard to that many hosts.
     ``bytes_per_host`` bounds the artifacts kept per host and attempt (default:
-    ``GPUFORGE_ARTIFACT_BYTES_PER_HOST``, else 50 kB).
+    ``GPUFORGE_ARTIFACT_BYTES_PER_HOST``, else 50 kB). ``inputs``: what the play needs built on
+    this machine (:class:`ProjectInput`); an execution host has no gpuforge to build it with.
     """
     inv = inventory if isinstance(inventory, InventoryDir) else InventoryDir.open(inventory)
     pool = list(executors or local_hosts(DEFAULT_LOCAL_WORKERS))
@@ -152,12 +162,9 @@ def run_sharded(
         if Path(playbook).is_absolute():  # a play from outside the project (tests, a site's own)
             shutil.copy2(playbook, project / "playbooks" / Path(playbook).name)
         extras = dict(extravars or {})
-        if HEALTH_BUNDLE_VAR not in extras:
-            # The health role builds the node checker with the gpuforge package of the Python
-            # that runs Ansible; an execution host's runner has no gpuforge. Built once here
-            # and shipped with the project, it is also the same file for every shard.
-            _build_checker(project / bundle.NAME)
-            extras[HEALTH_BUNDLE_VAR] = "{{ playbook_dir }}/../" + bundle.NAME
+        for needed in inputs:
+            if needed.var not in extras:
+                extras[needed.var] = needed.build(project)
         job = _Job(
             inv=inv,
             generated=generated,
@@ -182,29 +189,6 @@ def run_sharded(
             result.status = "failed"
         _write_record(result)
     return result
-
-
-def _build_checker(out: Path) -> None:
-    """``python -m gpuforge.node.bundle OUT`` in a fresh interpreter, as the health role runs it.
-
-    Built inside this process the archive's bytecode differs with what the process has imported
-    (marshal marks objects by their reference counts), so every run would install a "changed"
-    checker on every node (seen on d2exec: 1 change per converged node).
-    """
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "gpuforge.node.bundle", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=BUNDLE_TIMEOUT_S,
-            check=True,
-        )
-    except subprocess.TimeoutExpired:
-        raise OperationError(f"building the node checker took over {BUNDLE_TIMEOUT_S} s") from None
-    except subprocess.CalledProcessError as exc:
-        raise OperationError(
-            f"building the node checker failed: {exc.stderr.strip()[-300:]}"
-        ) from None
 
 
 def _all_done(result: ShardedResult, hosts: Sequence[str]) -> bool:

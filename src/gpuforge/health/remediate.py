@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuforge.admission import Admission, ValidationWindow, parse_reason
 from gpuforge.errors import GpuforgeError
+from gpuforge.execution import plays
 from gpuforge.history import HistoryStore
-from gpuforge.inventory.reader import InventoryDir
-from gpuforge.playbook import run_playbook
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmNode
@@ -413,10 +412,11 @@ def ansible_act(inventory: Path, run_dir: Path, record: Path) -> ActFn:
     """
 
     def act(nodes: Sequence[str], action: str) -> Mapping[str, str]:
-        result = run_playbook(
+        result = plays.run_play(
             "remediate.yml",
-            InventoryDir.open(inventory).sources,
-            limit=",".join(nodes),
+            inventory,
+            list(nodes),
+            plan=plays.plan_for(inventory),
             extravars={"remediate_action": action},
             artifact_dir=run_dir / "ansible" / action,
             timeout_s=PLAY_TIMEOUT_S,

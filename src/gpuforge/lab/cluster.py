@@ -89,7 +89,7 @@ def up(
     """Bring lab ``plan`` up (or make sure it is up) and write its inventory and configs.
 
     ``write_inventory(root)`` writes the generated layer of the cluster directory ``root``
-    (``gpuforge.inventory.render.write_cluster_inventory``); the lab then fills in the site layer.
+    (``gpuforge.generate.write_cluster_inventory``); the lab then fills in the site layer.
     """
     say = progress or _quiet
     started = time.monotonic()

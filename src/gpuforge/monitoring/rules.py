@@ -24,6 +24,7 @@ fields need the counters file of the ``dcgm_exporter`` role), node_exporter's in
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any
 import yaml
 
 from gpuforge.topology.cluster import Cluster
+from gpuforge.topology.skus import power_w as sku_power_w
 from gpuforge.validate.xid_catalogue import Action, XidCatalogue, catalogue
 
 #: Where the runbooks are published; ``runbook_url`` is ``<base>/<AlertName>.md``.
@@ -43,26 +45,8 @@ ALERTS_FILE = "gpuforge-alerts.yml"
 RECORDS_FILE = "gpuforge-records.yml"
 SEVERITIES = ("critical", "warning", "info")
 
-#: Maximum board power per GPU by SKU, watts (NVIDIA datasheets: H100/H200 SXM 700 W, A100 SXM
-#: 400 W, B200 1000 W, GB200 1200 W per GPU, L40S 350 W, H100 PCIe 350 W). A model not listed
-#: falls back to :data:`DEFAULT_GPU_POWER_W`.
-GPU_POWER_W: Mapping[str, float] = {
-    "H100-SXM-80GB": 700.0,
-    "H100-SXM": 700.0,
-    "H100": 700.0,
-    "H200-SXM-141GB": 700.0,
-    "H200-SXM": 700.0,
-    "H200": 700.0,
-    "A100-SXM-80GB": 400.0,
-    "A100-SXM4-80GB": 400.0,
-    "A100-SXM": 400.0,
-    "A100": 400.0,
-    "B200-SXM-180GB": 1000.0,
-    "B200": 1000.0,
-    "GB200": 1200.0,
-    "H100-PCIE-80GB": 350.0,
-    "L40S": 350.0,
-}
+#: Maximum board power per GPU comes from the SKU catalogue (gpuforge.topology.skus, with its
+#: datasheet sources); a model the catalogue does not know falls back to this.
 DEFAULT_GPU_POWER_W = 700.0
 #: The base load (CPUs, memory, NICs, fans) is the node's spec peak (``power_kw``) less its GPUs'
 #: maximum; a node type whose GPUs alone reach its peak still counts this fraction of it.
@@ -500,7 +484,8 @@ def fleet_records() -> list[dict[str, str]]:
 
 
 def _gpu_power_w(model: str | None) -> float:
-    return GPU_POWER_W.get(model or "", DEFAULT_GPU_POWER_W)
+    watts = sku_power_w(model)
+    return DEFAULT_GPU_POWER_W if watts is None else watts
 
 
 def spec_records(cluster: Cluster) -> list[dict[str, Any]]:
@@ -595,8 +580,90 @@ _HEADER = (
 
 
 def _dump(doc: Mapping[str, Any], what: str) -> str:
-    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+    body = _BlockWriter().dump(doc)
+    if body is None:
+        body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
     return _HEADER.format(what=what) + "---\n" + body
+
+
+class _BlockWriter:
+    """The text ``yaml.dump(doc, Dumper=_Dumper, ...)`` writes, for the documents that are
+    block mappings and sequences of short scalars (a spec's recording rules: one rule per rack
+    and leaf, 6,000 at 100k GPUs, which PyYAML's pure-Python emitter takes 4 s to write).
+
+    Each scalar's style is PyYAML's own choice (its resolver and scalar analysis, cached per
+    value), so the bytes are the same; :meth:`dump` returns None for anything else (a scalar
+    with white space, which PyYAML may fold at the line width, an empty collection, a bool), and
+    the caller falls back to PyYAML. tests/unit/monitoring/test_rules.py compares the two.
+    """
+
+    _STR = "tag:yaml.org,2002:str"
+
+    def __init__(self) -> None:
+        self._yaml = _Dumper(io.StringIO(), width=100, allow_unicode=True)
+        self._scalars: dict[tuple[str, bool], str | None] = {}
+
+    def dump(self, doc: Mapping[str, Any]) -> str | None:
+        out: list[str] = []
+        ok = bool(doc) and self._mapping(doc, 0, "", out)
+        return "".join(out) if ok else None
+
+    def _scalar(self, value: object, key: bool) -> str | None:
+        if type(value) is int:
+            return str(value)
+        if type(value) is not str:
+            return None
+        cached = (value, key)
+        if cached not in self._scalars:
+            self._scalars[cached] = self._style(value, key)
+        return self._scalars[cached]
+
+    def _style(self, value: str, key: bool) -> str | None:
+        if not value.isprintable() or " " in value or len(value) >= 120:
+            return None
+        tag = self._yaml.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        implicit = tag == self._STR
+        analysis = self._yaml.analyze_scalar(value)
+        if implicit and analysis.allow_block_plain and not (key and analysis.empty):
+            return value
+        if analysis.allow_single_quoted:
+            return "'" + value.replace("'", "''") + "'"
+        return None
+
+    def _mapping(self, data: Mapping[str, Any], indent: int, lead: str, out: list[str]) -> bool:
+        pad = " " * indent
+        for i, (k, v) in enumerate(data.items()):
+            key = self._scalar(k, True)
+            if key is None:
+                return False
+            prefix = (lead if i == 0 else pad) + key + ":"
+            if isinstance(v, Mapping):
+                out.append(prefix + "\n")
+                if not v or not self._mapping(v, indent + 2, pad + "  ", out):
+                    return False
+            elif isinstance(v, list):
+                out.append(prefix + "\n")
+                if not v or not self._sequence(v, indent + 2, out):
+                    return False
+            else:
+                text = self._scalar(v, False)
+                if text is None:
+                    return False
+                out.append(f"{prefix} {text}\n")
+        return True
+
+    def _sequence(self, items: list[Any], indent: int, out: list[str]) -> bool:
+        dash = " " * indent + "- "
+        for item in items:
+            if isinstance(item, Mapping):
+                if not item or not self._mapping(item, indent + 2, dash, out):
+                    return False
+                continue
+            text = self._scalar(item, False)
+            if text is None:
+                return False
+            out.append(dash + text + "\n")
+        return True
 
 
 def alerts_file(runbook_base: str = RUNBOOK_BASE, cat: XidCatalogue | None = None) -> str:

@@ -10,7 +10,7 @@ out, which is what Prometheus does with an empty label anyway.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,22 +54,38 @@ def labels(cluster: Cluster, node: Node) -> dict[str, str]:
     return out
 
 
-def target_groups(cluster: Cluster, exporter: Exporter) -> list[dict[str, Any]]:
-    """The file_sd target groups of one exporter: one group per node, in cluster order."""
+def target_groups(
+    cluster: Cluster, exporter: Exporter, node_labels: Mapping[str, dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """The file_sd target groups of one exporter: one group per node, in cluster order.
+
+    ``node_labels``: every node's :func:`labels`, when the caller has them already.
+    """
     gpus = {name: kind.gpus for name, kind in cluster.spec.node_types.items()}
     return [
-        {"targets": [f"{node.mgmt_address}:{exporter.port}"], "labels": labels(cluster, node)}
+        {
+            "targets": [f"{node.mgmt_address}:{exporter.port}"],
+            "labels": node_labels[node.hostname] if node_labels else labels(cluster, node),
+        }
         for node in cluster.nodes
         if exporter.wanted(gpus[node.node_type])
     ]
 
 
+#: ``json.dumps(..., separators=(",", ":"))`` without an encoder per target group.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def file_sd_text(groups: Iterable[dict[str, Any]]) -> str:
     """A file_sd JSON file: one target group per line, so a diff shows the nodes that changed."""
-    lines = [json.dumps(g, separators=(",", ":")) for g in groups]
+    encode = _COMPACT_JSON.encode
+    lines = [encode(g) for g in groups]
     return "[\n" + ",\n".join(lines) + "\n]\n"
 
 
 def file_sd_files(cluster: Cluster) -> dict[str, str]:
-    """``<job>.json`` -> text for every exporter."""
-    return {f"{e.job}.json": file_sd_text(target_groups(cluster, e)) for e in EXPORTERS}
+    """``<job>.json`` -> text for every exporter (each node's labels worked out once)."""
+    node_labels = {node.hostname: labels(cluster, node) for node in cluster.nodes}
+    return {
+        f"{e.job}.json": file_sd_text(target_groups(cluster, e, node_labels)) for e in EXPORTERS
+    }

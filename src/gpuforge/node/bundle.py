@@ -11,11 +11,14 @@ with ``python3 -I``.
 from __future__ import annotations
 
 import py_compile
+import subprocess
 import sys
 import tempfile
 import zipapp
 import zipfile
 from pathlib import Path
+
+from gpuforge.errors import OperationError
 
 NAME = "gpuforge-node.pyz"
 SRC = Path(__file__).resolve().parents[1]  # src/gpuforge
@@ -105,6 +108,38 @@ def build(out: Path) -> Path:
     tmp.unlink()
     target.chmod(0o755)
     return target
+
+
+#: The health role's variable naming a prebuilt checker on the machine that runs Ansible.
+ROLE_VAR = "health_bundle_src"
+BUILD_TIMEOUT_S = 120
+
+
+def ship(project: Path) -> str:
+    """Build the checker into a play's ``project`` and return the ``health_bundle_src`` that
+    names it there (a :class:`gpuforge.execution.sharded.ProjectInput` for plays run on
+    execution hosts, whose runner has no gpuforge to build it with).
+
+    ``python -m gpuforge.node.bundle`` in a fresh interpreter, as the health role runs it: built
+    inside this process the archive's bytecode differs with what the process has imported
+    (marshal marks objects by their reference counts), so every run would install a "changed"
+    checker on every node (seen on d2exec: 1 change per converged node).
+    """
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "gpuforge.node.bundle", str(project / NAME)],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        raise OperationError(f"building the node checker took over {BUILD_TIMEOUT_S} s") from None
+    except subprocess.CalledProcessError as exc:
+        raise OperationError(
+            f"building the node checker failed: {exc.stderr.strip()[-300:]}"
+        ) from None
+    return "{{ playbook_dir }}/../" + NAME
 
 
 def main(argv: list[str] | None = None) -> int:

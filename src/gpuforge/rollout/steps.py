@@ -11,11 +11,11 @@ from pathlib import Path
 from gpuforge import reach
 from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.errors import InputError
-from gpuforge.execution import run_sharded
 from gpuforge.execution.executors import ExecutionPlan
-from gpuforge.execution.executors import plan as execution_plan
-from gpuforge.inventory.reader import InventoryDir, list_inventory
-from gpuforge.playbook import EventHandler, RunResult, run_playbook
+from gpuforge.execution.plays import ProjectInput, plan_for, run_play
+from gpuforge.inventory.reader import list_inventory
+from gpuforge.node import bundle
+from gpuforge.playbook import EventHandler, RunResult
 from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import StateStore
@@ -30,6 +30,9 @@ PREFLIGHT_ROUND_S = 120
 """Preflight of one round of ``forks`` nodes: a few read-only tasks."""
 PROVISION_ROUND_S = 3600
 """Provisioning of one round of ``forks`` nodes: packages, a driver build, a reboot at most."""
+#: What site.yml needs built on this machine when it runs on execution hosts: the health role's
+#: node checker.
+SITE_INPUTS = (ProjectInput(bundle.ROLE_VAR, bundle.ship),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +89,11 @@ class AnsibleSteps:
     execution: ExecutionPlan | None = None
     _execution_read: bool = False
 
-    def _plan(self) -> ExecutionPlan | None:
+    def execution_plan(self) -> ExecutionPlan | None:
+        """Where this deploy's plays run (read once): None, locally."""
         if self.execution is None and not self._execution_read:
             self._execution_read = True
-            self.execution = execution_plan(list_inventory(self.inventory), os.environ)
+            self.execution = plan_for(self.inventory)
         return self.execution
 
     def _play(
@@ -100,29 +104,16 @@ class AnsibleSteps:
         *,
         per_round_s: int,
         env: dict[str, str] | None = None,
+        inputs: tuple[ProjectInput, ...] = (),
     ) -> RunResult:
-        plan = self._plan()
-        if plan is not None:
-            # Shards on execution hosts, one merged result; the record is shards.json.
-            sharded = run_sharded(
-                playbook,
-                self.inventory,
-                hosts,
-                plan.hosts,
-                artifact_dir=self.artifacts / name,
-                max_hosts=plan.max_hosts,
-                env=env,
-                forks=self.play_timeout.forks,
-                timeout_s=self.play_timeout.for_batch(len(hosts), per_round_s),
-                on_event=self.on_event,
-            ).as_run_result()
-            self.runs[name] = sharded
-            return sharded
-        result = run_playbook(
+        # Local, or shards on execution hosts merged into one result (their record: shards.json).
+        result = run_play(
             playbook,
-            InventoryDir.open(self.inventory).sources,
-            limit=",".join(hosts),
+            self.inventory,
+            hosts,
             artifact_dir=self.artifacts / name,
+            plan=self.execution_plan(),
+            inputs=inputs,
             on_event=self.on_event,
             timeout_s=self.play_timeout.for_batch(len(hosts), per_round_s),
             forks=self.play_timeout.forks,
@@ -152,7 +143,9 @@ class AnsibleSteps:
         return problems
 
     def provision(self, hosts: list[str]) -> dict[str, str]:
-        result = self._play("provision", "site.yml", hosts, per_round_s=PROVISION_ROUND_S)
+        result = self._play(
+            "provision", "site.yml", hosts, per_round_s=PROVISION_ROUND_S, inputs=SITE_INPUTS
+        )
         failed = dict(result.failed)
         for host, message in result.unreachable.items():
             failed[host] = f"unreachable during provisioning: {message}"

@@ -1,6 +1,6 @@
 """Slurm configuration derived from the cluster: nodes.conf (nodes, partitions) and topology.conf.
 
-The inventory (:mod:`gpuforge.inventory.render`) writes what these functions return under
+The generate step (:mod:`gpuforge.generate`) writes what :func:`slurm_files` returns under
 ``generated/slurm/``; the slurm role installs it.
 """
 
@@ -11,7 +11,7 @@ from itertools import groupby
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from gpuforge.topology.cluster import Cluster, Node, compress
+from gpuforge.topology.cluster import Cluster, Node, compress, su_tag
 
 _ENV = Environment(  # noqa: S701 - renders Slurm files, not HTML
     loader=PackageLoader("gpuforge.slurm", "templates"),
@@ -43,10 +43,6 @@ class SwitchLine:
     name: str
     nodes: str = ""
     switches: str = ""
-
-
-def su_tag(cluster: Cluster, su: int) -> str:
-    return f"su{su:0{max(2, len(str(cluster.sus)))}d}"
 
 
 def node_lines(cluster: Cluster) -> list[NodeLine]:
@@ -145,3 +141,8 @@ def topology_conf(cluster: Cluster) -> str:
     return _ENV.get_template("topology-tree.conf.j2").render(
         cluster=cluster.name, switches=tree_switches(cluster), tiers=cluster.fabric.tiers
     )
+
+
+def slurm_files(cluster: Cluster) -> dict[str, str]:
+    """Relative path under ``generated/`` -> text: ``slurm/nodes.conf``, ``slurm/topology.conf``."""
+    return {"slurm/nodes.conf": nodes_conf(cluster), "slurm/topology.conf": topology_conf(cluster)}

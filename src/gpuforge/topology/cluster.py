@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import hostlist
 
@@ -15,9 +17,12 @@ from gpuforge.topology.fabric import FabricPlan
 from gpuforge.topology.model import Topology
 
 
-@dataclass(frozen=True, slots=True)
-class RailPort:
-    """One compute NIC of a node and where it lands."""
+class RailPort(NamedTuple):
+    """One compute NIC of a node and where it lands.
+
+    A named tuple, like :class:`Link`: a 100k-GPU cluster has 100,000 of them and half a million
+    links, and ``topology.json`` writes each as the row of its fields, in this order.
+    """
 
     rail: int
     device: str
@@ -62,8 +67,7 @@ class Switch:
         return ("leaf", "spine", "core")[self.tier - 1]
 
 
-@dataclass(frozen=True, slots=True)
-class Link:
+class Link(NamedTuple):
     """One cable: ``lower`` (a node or switch) up to ``upper``; tier 1 is node to leaf."""
 
     lower: str
@@ -138,9 +142,43 @@ class Cluster:
         return fabric_rate(self.spec)
 
 
+def su_tag(cluster: Cluster, su: int) -> str:
+    """The name part of scalable unit ``su``: ``su01``, zero-padded to the cluster's SU count.
+
+    Slurm features, leaf names and inventory groups (``su_01``) all spell an SU this way.
+    """
+    return f"su{su:0{max(2, len(str(cluster.sus)))}d}"
+
+
 def compress(hosts: tuple[str, ...] | list[str]) -> str:
-    """A Slurm hostlist expression for ``hosts`` (python-hostlist)."""
-    return str(hostlist.collect_hostlist(list(hosts))) if hosts else ""
+    """A Slurm hostlist expression for ``hosts`` (python-hostlist's).
+
+    A run of hosts that differ only in one zero-padded trailing number, in order (a rack, an
+    SU, a phase), is written here; anything else goes to python-hostlist, whose general merge is
+    a fifth of a 100k-GPU generate. tests/unit/topology/test_cluster.py holds the two to the
+    same text.
+    """
+    if not hosts:
+        return ""
+    return _run_of(hosts) or str(hostlist.collect_hostlist(list(hosts)))
+
+
+_NUMBERED = re.compile(r"([^\d\[\],]*)(\d+)")
+
+
+def _run_of(hosts: tuple[str, ...] | list[str]) -> str | None:
+    """``prefix[first-last]`` if ``hosts`` are prefix + first..last in one width, else None."""
+    match = _NUMBERED.fullmatch(hosts[0])
+    if match is None:
+        return None
+    prefix, digits = match.groups()
+    width, first = len(digits), int(digits)
+    last = first + len(hosts) - 1
+    if len(str(last)) > width or hosts[-1] != f"{prefix}{last:0{width}d}":
+        return None
+    if any(h != f"{prefix}{first + i:0{width}d}" for i, h in enumerate(hosts)):
+        return None
+    return hosts[0] if len(hosts) == 1 else f"{prefix}[{digits}-{last:0{width}d}]"
 
 
 def fabric_rate(topo: Topology) -> int:

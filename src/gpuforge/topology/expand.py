@@ -13,8 +13,10 @@ Placement rules (docs/topology.md explains them for users):
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from gpuforge.topology.addressing import AddressRule
 from gpuforge.topology.check import Analysis, analyse
@@ -33,7 +35,25 @@ def build(topo: Topology, analysis: Analysis) -> Cluster:
     """Expand ``topo`` from its ``analysis`` (see :func:`gpuforge.topology.check.analyse`)."""
     if analysis.problems or analysis.fabric is None:
         raise SpecError(analysis.problems or [Problem("node_groups", "no GPU nodes")])
-    return _build(topo, analysis, analysis.fabric)
+    with _collector_paused():
+        return _build(topo, analysis, analysis.fabric)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while the cluster is built.
+
+    A 100k-GPU cluster is a million small objects (half a million links) and no reference
+    cycle; every 700 allocations the collector would walk the young ones and, as they age, all
+    of them again, for nothing: it was 0.5 of the 1.1 CPU-s that expansion took.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _width(count: int, minimum: int = 2) -> int:

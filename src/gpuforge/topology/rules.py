@@ -2,8 +2,8 @@
 
 The rules are not written here: the roles' input rules live in ``roles/_common/vars/spec_rules.yml``
 (each role's preflight asserts them from that file), the GPU models the validators can judge in
-:data:`gpuforge.validate.thresholds.SKUS`. This module reads both, so the spec check and the
-roles cannot disagree.
+the SKU catalogue (:mod:`gpuforge.topology.skus`, which the validators' floors read too). This
+module reads both, so the spec check, the roles and the validators cannot disagree.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gpuforge.errors import InputError
 from gpuforge.resources import project_path
 from gpuforge.topology.errors import Problem
 from gpuforge.topology.model import Topology
+from gpuforge.topology.skus import validated, validated_keys
 
 RULES_FILE = ("roles", "_common", "vars", "spec_rules.yml")
 
@@ -121,21 +122,16 @@ def compat_warnings(topo: Topology) -> list[str]:
 
 
 def _gpu_models(topo: Topology) -> list[Problem]:
-    # Imported here: the validators' table is the one source, and topology loads without them.
-    from gpuforge.validate.thresholds import SKUS, for_sku  # noqa: PLC0415
-
     problems = []
     for name, kind in topo.node_types.items():
         if not kind.gpus or not kind.gpu_model:
             continue
-        try:
-            for_sku(kind.gpu_model)
-        except InputError:
+        if validated(kind.gpu_model) is None:
             problems.append(
                 Problem(
                     f"node_types.{name}.gpu_model",
                     f"no validation thresholds for {kind.gpu_model!r}: the validators could not "
-                    f"judge these nodes (known: {', '.join(sorted(SKUS))})",
+                    f"judge these nodes (known: {', '.join(sorted(validated_keys()))})",
                 )
             )
     return problems

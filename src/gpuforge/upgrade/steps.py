@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 from gpuforge.admission import Admission
 from gpuforge.errors import OperationError
-from gpuforge.inventory.reader import InventoryDir
-from gpuforge.playbook import run_playbook
+from gpuforge.execution.plays import run_play
 from gpuforge.rollout.deploy import Validation
-from gpuforge.rollout.steps import PROVISION_ROUND_S, AnsibleSteps
+from gpuforge.rollout.steps import PROVISION_ROUND_S, SITE_INPUTS, AnsibleSteps
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmNode
 from gpuforge.upgrade.run import UPGRADE_ACTION
@@ -84,10 +83,12 @@ class AnsibleUpgradeSteps:
 
     def apply(self, hosts: list[str]) -> dict[str, str]:
         deploy = self.deploy
-        result = run_playbook(
+        result = run_play(  # locally or on the execution hosts, as deploy's plays
             "site.yml",
-            InventoryDir.open(deploy.inventory).sources,
-            limit=",".join(hosts),
+            deploy.inventory,
+            hosts,
+            plan=deploy.execution_plan(),
+            inputs=SITE_INPUTS,
             extravars=APPLY_VARS,
             artifact_dir=deploy.artifacts / "upgrade",
             on_event=deploy.on_event,

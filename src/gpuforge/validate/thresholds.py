@@ -5,7 +5,8 @@ much worse than its identical siblings (a half-seated cable, a throttling GPU) w
 the floor. Both apply: a node must clear the floor *and* not be a low outlier among its peers.
 
 Floors are a fraction (``ACCEPT_FRACTION``) of a *reference* figure that was published for that
-hardware, never of a theoretical peak. Sources are given next to each figure.
+hardware, never of a theoretical peak. The figures and their sources are the SKU catalogue's
+(:mod:`gpuforge.topology.skus`, ``data/skus.json``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuforge.errors import InputError
+from gpuforge.topology.skus import Sku, catalogue, validated, validated_keys
 from gpuforge.validate.result import Status
 
 #: A measured large-message busbw below this fraction of the published reference fails.
@@ -70,77 +72,31 @@ class SkuThresholds:
         return round(self.fp32_tflops * 1000 * GPU_BURN_FRACTION, 0)
 
 
-SKUS: Mapping[str, SkuThresholds] = {
-    "H100-SXM-80GB": SkuThresholds(
-        sku="H100-SXM-80GB",
-        gpus=8,
-        # 479.72 GB/s all_reduce busbw at 8 GiB on 8x H100 80GB HBM3 SXM5, NCCL 2.24.3
-        # (Voltage Park / Georgia Tech benchmark suite, "vpbenchmarking"); NVLS (NVLink SHARP,
-        # NCCL >= 2.17 with Fabric Manager) is what reaches ~480; ring-only runs reach ~370-390.
-        nvlink_allreduce_ref_gbs=480.0,
-        source="Voltage Park 8x H100 SXM5 all_reduce 479.72 GB/s @ 8 GiB (NCCL 2.24.3, NVLS)",
-        fp32_tflops=66.9,
-        fp32_source="NVIDIA H100 SXM datasheet: 67 TFLOPS FP32 (66.9 in the Hopper whitepaper)",
-    ),
-    "H200-SXM-141GB": SkuThresholds(
-        sku="H200-SXM-141GB",
-        gpus=8,
-        # 476.96 GB/s at 8 GiB, 8x H200, NCCL 2.19.3 (Azure ND H200 v5 how-to; fixture
-        # shared/fixtures/real/nccl-tests/azh200doc-h200-8gpu-all_reduce_perf-8G-single-size.txt).
-        # Same NVLink 4 / NVSwitch generation as H100, so the same reference.
-        nvlink_allreduce_ref_gbs=477.0,
-        source="8x H200 all_reduce 476.96 GB/s @ 8 GiB (NCCL 2.19.3, Azure ND H200 v5 doc)",
-        fp32_tflops=66.9,
-        fp32_source="NVIDIA H200 SXM datasheet: 67 TFLOPS FP32 (the H100 SXM5 die)",
-    ),
-    "A100-SXM-80GB": SkuThresholds(
-        sku="A100-SXM-80GB",
-        gpus=8,
-        # ~235 GB/s at 8 GiB on 8x A100-SXM4 (microsoft/superbenchmark
-        # tests/data/nccl_allreduce.log, fixture superbench-a100-40gb-8gpu-all_reduce_perf.txt).
-        # NVLink 3 is the same on the 40 GB and 80 GB SXM4 boards, so the reference carries over.
-        nvlink_allreduce_ref_gbs=235.0,
-        source="8x A100-SXM4 all_reduce ~235 GB/s @ 8 GiB (superbenchmark nccl_allreduce.log)",
-        pcie_gen=4,
-        fp32_tflops=19.5,
-        fp32_source="NVIDIA A100 datasheet: 19.5 TFLOPS FP32",
-    ),
-    "B200-SXM-180GB": SkuThresholds(
-        sku="B200-SXM-180GB",
-        gpus=8,
-        # NVLink 5 doubles Hopper's per-GPU NVLink bandwidth (1.8 TB/s vs 900 GB/s). The only public
-        # measured figure we found is 811 GB/s for an 8-GPU GB200 MNNVL all_reduce (2 nodes x 4);
-        # we use 800 GB/s as a conservative reference. Provisional: calibrate on the first SU and
-        # lean on the peer comparison until then.
-        nvlink_allreduce_ref_gbs=800.0,
-        source="GB200 NVL72 8-GPU MNNVL all_reduce 811 GB/s (lixueduan.com); provisional",
-    ),
-}
+def _thresholds(sku: Sku) -> SkuThresholds:
+    val = sku.validation
+    assert val is not None  # noqa: S101 - only validated SKUs are passed
+    return SkuThresholds(
+        sku=sku.key,
+        gpus=val.gpus,
+        nvlink_allreduce_ref_gbs=val.nvlink_allreduce_ref_gbs,
+        source=val.source,
+        pcie_gen=val.pcie_gen,
+        pcie_width=val.pcie_width,
+        fp32_tflops=val.fp32_tflops,
+        fp32_source=val.fp32_source,
+    )
 
-#: Short names used by topology node types (``gpu_model``) mapped onto the table above.
-_ALIASES = {
-    "H100": "H100-SXM-80GB",
-    "H100-SXM": "H100-SXM-80GB",
-    "H100-SXM5-80GB": "H100-SXM-80GB",
-    "H200": "H200-SXM-141GB",
-    "H200-SXM": "H200-SXM-141GB",
-    "A100-SXM4-80GB": "A100-SXM-80GB",
-    "A100-SXM": "A100-SXM-80GB",
-    "B200": "B200-SXM-180GB",
-    "B200-SXM": "B200-SXM-180GB",
-    # A GB200 superchip carries two B200 GPUs; B200-SXM-180GB's reference is a GB200 figure.
-    "GB200": "B200-SXM-180GB",
-}
+
+#: The floors of every SKU the catalogue (gpuforge.topology.skus, data/skus.json: the figures
+#: and their sources) has validation figures for.
+SKUS: Mapping[str, SkuThresholds] = {key: _thresholds(catalogue()[key]) for key in validated_keys()}
 
 
 def for_sku(model: str) -> SkuThresholds:
     """The thresholds for a GPU model name as the topology spells it; InputError when unknown."""
-    key = _ALIASES.get(model, model)
-    if key in SKUS:
-        return SKUS[key]
-    for name, sku in SKUS.items():
-        if model.upper().startswith(name.split("-")[0]) and "SXM" in model.upper():
-            return sku
+    sku = validated(model)
+    if sku is not None:
+        return SKUS[sku.key]
     raise InputError(f"no thresholds for GPU model {model!r}; known: {', '.join(sorted(SKUS))}")
 
 

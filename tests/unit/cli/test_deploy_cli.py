@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpuforge.cli import main
-from gpuforge.inventory.render import write_inventory
+from gpuforge.generate import write_inventory
 from gpuforge.topology import load_cluster
 
 from ..conftest import LAB

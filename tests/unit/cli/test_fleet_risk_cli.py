@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from gpuforge.admission import Admission, AdmissionRecord, record_path
 from gpuforge.cli import fleet_risk, main
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.history import history_path
 from gpuforge.history.store import HistoryStore
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.predict.act import predicted_reason
 from gpuforge.predict.history import Event, SeriesKey, format_time, write_history
 from gpuforge.predict.score import ECC_SBE, REMAP_CORRECTABLE

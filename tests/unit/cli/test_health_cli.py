@@ -10,8 +10,8 @@ from click.testing import CliRunner, Result
 
 from gpuforge.cli import fleet as fleet_cli
 from gpuforge.cli import main
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.history import HistoryStore, history_path
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.topology import load_cluster
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from gpuforge.cli import main
 from gpuforge.cli import remediate as cli
 from gpuforge.command import CommandResult
+from gpuforge.execution import plays
 from gpuforge.health import remediate as rem
 from gpuforge.history import HistoryStore, history_path
 from gpuforge.inventory.reader import ClusterView, InventoryDir
@@ -160,8 +161,9 @@ def test_act_maps_the_play_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             strategy="linear",
         )
 
-    monkeypatch.setattr(rem, "run_playbook", fake_play)
-    monkeypatch.setattr(rem.InventoryDir, "open", lambda p: InventoryDir(Path(p)))
+    monkeypatch.setattr(plays, "run_playbook", fake_play)
+    monkeypatch.setattr(plays, "plan_for", lambda _inventory: None)  # no execution hosts
+    monkeypatch.setattr(plays.InventoryDir, "open", lambda p: InventoryDir(Path(p)))
     act = rem.ansible_act(tmp_path / "inv", tmp_path / "run", tmp_path / "play.json")
     errors = act(["gpu01", "gpu02", "gpu03"], "reset_gpu")
     assert errors == {

@@ -15,6 +15,7 @@ import pytest
 from gpuforge.errors import InputError
 from gpuforge.execution import ExecutionHost, artifacts, run_sharded
 from gpuforge.execution.executors import LOCAL
+from gpuforge.rollout.steps import SITE_INPUTS
 
 from .conftest import PLAY
 
@@ -181,6 +182,7 @@ def test_the_node_checker_is_built_once_and_shipped_with_the_project(
         None,
         artifact_dir=tmp_path / "art",
         extravars={"checksum_file": str(tmp_path / "sum")},
+        inputs=SITE_INPUTS,  # what deploy and upgrade pass with site.yml
     )
     assert result.failed == {}
     assert result.status == "successful"

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from gpuforge.cli import main
 from gpuforge.errors import OperationError
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.health.fleet import Fleet, FleetStatus, NodeStatus
 from gpuforge.health.fleet_html import (
     Cell,
@@ -26,7 +27,6 @@ from gpuforge.health.fleet_html import (
     render_heatmap,
 )
 from gpuforge.history import HistoryStore, history_path
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.topology import load_cluster
 
 from ..conftest import LAB

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuforge.inventory.render import write_inventory
+from gpuforge.generate import write_inventory
 from gpuforge.topology import load_cluster
 
 from ..conftest import EXAMPLES, LAB

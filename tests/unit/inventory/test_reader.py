@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gpuforge.errors import InputError
+from gpuforge.generate import write_cluster_inventory, write_inventory
 from gpuforge.inventory.reader import ClusterView, InventoryDir, host_vars, list_inventory
-from gpuforge.inventory.render import write_cluster_inventory, write_inventory
 from gpuforge.topology import load_cluster
 
 from ..conftest import LAB

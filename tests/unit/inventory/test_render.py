@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 import yaml
 
 from gpuforge.errors import InputError, OperationError
+from gpuforge.generate import render_files, write_inventory
 from gpuforge.inventory import render
-from gpuforge.inventory.render import render_files, write_inventory
 from gpuforge.slurm.conf import nodes_conf, topology_conf
 from gpuforge.topology import Cluster, load_cluster
 
@@ -285,3 +286,29 @@ def test_a_directory_holding_the_spec_is_never_replaced(lab: Cluster, tmp_path: 
     with pytest.raises(InputError, match="holds the input"):
         write_inventory(lab, out, protect=(spec,))
     assert spec.read_text() == LAB.read_text()
+
+
+@pytest.mark.parametrize("spec", ["lab.yaml", "superpod-4su.yaml", "cluster-10k.yaml"])
+def test_topology_json_is_what_the_json_encoder_writes(spec: str) -> None:
+    """The links' fast rows change no byte of topology.json."""
+    cluster = load_cluster(EXAMPLES / spec)
+    text = json.dumps(render.topology_json(cluster), separators=(",", ":"), sort_keys=True)
+    assert render.topology_json_text(cluster) == text + "\n"
+
+
+def test_topology_json_escapes_a_name_json_must_escape(lab: Cluster) -> None:
+    """A name outside the plain characters (no spec allows one today) takes the encoder."""
+    odd_node = dataclasses.replace(lab.nodes[0], hostname='gpu"01')
+    odd = dataclasses.replace(lab, nodes=(odd_node, *lab.nodes[1:]))
+    text = render.topology_json_text(odd)
+    assert json.loads(text)["nodes"][0]["hostname"] == 'gpu"01'
+    expected = json.dumps(render.topology_json(odd), separators=(",", ":"), sort_keys=True)
+    assert text == expected + "\n"
+
+
+@pytest.mark.parametrize("spec", ["lab.yaml", "superpod-4su.yaml", "cluster-10k.yaml"])
+def test_hosts_yml_is_the_generic_writer_s(spec: str) -> None:
+    """The cluster's hosts.yml, formatted directly, is what hosts_yml_text writes of its hosts."""
+    cluster = load_cluster(EXAMPLES / spec)
+    hostvars = {n.hostname: render.host_vars(n) for n in cluster.nodes}
+    assert render.hosts_yml(cluster) == render.hosts_yml_text(hostvars, render.groups(cluster))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from gpuforge.inventory.render import render_files
+from gpuforge.generate import render_files
 from gpuforge.topology import load_cluster
 
 from ..conftest import LAB, REPO

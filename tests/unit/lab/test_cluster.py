@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.inventory.reader import InventoryDir
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.lab import cluster
 from gpuforge.lab.plan import LabPlan, plan_from_cluster
 from gpuforge.topology import load_cluster

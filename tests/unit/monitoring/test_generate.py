@@ -171,9 +171,13 @@ def test_servers_override_the_monitoring_group(
 ) -> None:
     lab_data["monitoring"] = {"servers": "gpu[07-08]"}
     cluster = _cluster(lab_data, write_spec)
-    from gpuforge.inventory.render import groups, monitoring_vars  # noqa: PLC0415
+    from gpuforge.generate import render_files  # noqa: PLC0415
+    from gpuforge.inventory.render import groups  # noqa: PLC0415
+    from gpuforge.monitoring.render import monitoring_group, monitoring_vars  # noqa: PLC0415
 
-    assert groups(cluster)["monitoring"] == ["gpu07", "gpu08"]
+    assert groups(cluster, monitoring_group(cluster))["monitoring"] == ["gpu07", "gpu08"]
+    hosts = yaml.safe_load(render_files(cluster)["hosts.yml"])["all"]["children"]
+    assert list(hosts["monitoring"]["hosts"]) == ["gpu[07:08]"]
     assert monitoring_vars(cluster)["gpuforge_monitoring_servers"] == ["gpu07", "gpu08"]
 
 
@@ -184,7 +188,7 @@ def test_monitoring_vars_carry_the_routes(
         "retention": "30d",
         "routes": [{"severity": "critical", "repeat_interval": "30m"}],
     }
-    from gpuforge.inventory.render import monitoring_vars  # noqa: PLC0415
+    from gpuforge.monitoring.render import monitoring_vars  # noqa: PLC0415
 
     data = monitoring_vars(_cluster(lab_data, write_spec))
     assert data["prometheus_retention"] == "30d"

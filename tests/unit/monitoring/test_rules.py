@@ -209,3 +209,47 @@ def test_summaries_are_valid_templates() -> None:
         summary = alert.rule()["annotations"]["summary"]
         assert summary.count("{{") == summary.count("}}"), alert.name
         assert not re.search(r"\{\{[^}]*\{\{", summary), alert.name
+
+
+def _pyyaml(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=rules._Dumper, sort_keys=False, width=100, allow_unicode=True)
+
+
+@pytest.mark.parametrize(
+    "spec", sorted(p.name for p in EXAMPLES.glob("*.yaml") if "100k" not in p.name)
+)
+def test_records_are_the_bytes_pyyaml_writes(spec: str) -> None:
+    """The fast writer of the records file writes what PyYAML's emitter would, byte for byte."""
+    cluster = load_cluster(EXAMPLES / spec)
+    doc = {"groups": [{"name": "g", "interval": "1m", "rules": rules.spec_records(cluster)}]}
+    fast = rules._BlockWriter().dump(doc)
+    assert fast is not None
+    assert fast == _pyyaml(doc)
+
+
+_TRICKY = [
+    "1", "1.5", "0x1F", "1e3", "yes", "no", "on", "null", "~", "true", "", "'", "a'b", '"q"',
+    "-", "-x", ":x", "x:", "x:y", "#x", "x#y", "&a", "*a", "!t", "%p", "@a", "`b", "[a]",
+    "{a}", "a,b", "?", "?x", "|", ">", "é", "2026-12-02", "12:30", "+1", ".inf", "=", "<<",
+    "a" * 119, "a\tb", "a b", "a\nb",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", _TRICKY)
+def test_the_fast_writer_quotes_as_pyyaml_or_leaves_it_to_pyyaml(value: str) -> None:
+    doc: dict[str, Any] = {"groups": [{"name": value, "rules": [{"labels": {"k": value}}]}]}
+    doc["list"] = [value, 3, {value or "k": value}]
+    fast = rules._BlockWriter().dump(doc)
+    if fast is not None:
+        assert fast == _pyyaml(doc)
+    assert rules._dump(doc, "x").endswith(_pyyaml(doc))
+
+
+def test_the_fast_writer_leaves_other_documents_to_pyyaml() -> None:
+    writer = rules._BlockWriter()
+    assert writer.dump({"a": []}) is None
+    assert writer.dump({"a": {}}) is None
+    assert writer.dump({"a": True}) is None
+    assert writer.dump({"a": [[1]]}) is None
+    assert writer.dump({"a": "two words"}) is None
+    assert writer.dump({}) is None

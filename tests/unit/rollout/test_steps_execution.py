@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gpuforge.execution import plays
 from gpuforge.execution.executors import ExecutionPlan, local_hosts
 from gpuforge.execution.sharded import ShardedResult
 from gpuforge.playbook import HostStats
@@ -32,8 +33,8 @@ def test_provision_runs_sharded_and_reports_failed_hosts(
     def no_direct(*_a: Any, **_k: Any) -> None:
         raise AssertionError("the direct facade must not run when a plan is set")
 
-    monkeypatch.setattr(steps, "run_sharded", fake_sharded)
-    monkeypatch.setattr(steps, "run_playbook", no_direct)
+    monkeypatch.setattr(plays, "run_sharded", fake_sharded)
+    monkeypatch.setattr(plays, "run_playbook", no_direct)
     plan = ExecutionPlan(tuple(local_hosts(2)), max_hosts=4)
     ansible = steps.AnsibleSteps(
         inventory=tmp_path,
@@ -48,3 +49,4 @@ def test_provision_runs_sharded_and_reports_failed_hosts(
     assert calls[0]["max_hosts"] == 4
     assert calls[0]["pool"] == plan.hosts
     assert ansible.runs["provision"].failed == {"gpu02": "task: boom"}
+    assert calls[0]["inputs"] == steps.SITE_INPUTS  # the health role's checker, built here

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuforge.inventory.render import write_inventory
+from gpuforge.generate import write_inventory
 from gpuforge.topology import load_cluster
 
 REPO = Path(__file__).resolve().parents[3]
