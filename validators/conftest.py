@@ -28,6 +28,7 @@ import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 from gpuforge.command import CommandResult
+from gpuforge.validate import catalogue
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.conformance import RESULTS_SCHEMA, ProbeFailed, tool_output
 from gpuforge.validate.result import CheckResult, Status, Tier
@@ -170,7 +171,10 @@ class Recorder:
                     "evidence": evidence,
                     "message": outcome.detail,
                     "warn": warn and not outcome.ok,
-                    "action": outcome.action,
+                    # One action per failure on every path: the judge's, else the catalogue's.
+                    "action": catalogue.result_action(
+                        name, ok=outcome.ok, warn=warn, named=outcome.action
+                    ),
                 },
             )
         )

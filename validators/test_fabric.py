@@ -95,7 +95,7 @@ def test_nccl_conf(node: Any, record: Any) -> None:
 KERNEL_LOG_DATED = "dmesg --time-format iso 2>/dev/null || journalctl -k -b --no-pager -o short-iso"
 
 
-def test_link_flaps(node: Any, record: Any, rail: int) -> None:
+def test_flaps(node: Any, record: Any, rail: int) -> None:
     """Down/up cycles of the rail's port in the last 12 h: kernel log and LinkDownedCounter."""
     spec = _rail(node, rail)
     netdev = str(spec.get("netdev") or "")
@@ -122,8 +122,8 @@ def test_link_flaps(node: Any, record: Any, rail: int) -> None:
             evidence.append(f"{device} port 1 LinkDownedCounter: {link_downed}")
         else:
             evidence.append(f"{device} port 1 is not Active: LinkDownedCounter not read")
-    found = flaps.count(events, netdev, now=now, boot=boot, link_downed=link_downed)
-    record.check(f"fabric.link_flap[{rail}]", flaps.judge(found), "\n".join(evidence))
+    outcome = flaps.judge_port(events, netdev, now=now, boot=boot, link_downed=link_downed)
+    record.check(f"fabric.flaps[{rail}]", outcome, "\n".join(evidence))
 
 
 def _port_active(node: Any, device: str) -> bool:

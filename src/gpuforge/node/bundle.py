@@ -26,6 +26,7 @@ MODULES = (
     "__init__.py",
     "errors.py",
     "validate/__init__.py",
+    "validate/catalogue.py",
     "validate/checks.py",
     "validate/flaps.py",
     "validate/result.py",

@@ -387,19 +387,6 @@ def _run(argv: Sequence[str], *, ok: Sequence[int] = (0,)) -> str:
     return proc.stdout
 
 
-def parse_dpkg(out: str) -> dict[str, str]:
-    """Installed versions from ``dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}'``.
-
-    Status-Abbrev is want/status/error: ``ii`` installed, ``hi`` installed and held (how the
-    roles leave their pins); only the second letter says whether the package is installed.
-    """
-    return {
-        parts[0]: parts[1]
-        for parts in (line.split("\t") for line in out.splitlines())
-        if len(parts) == 3 and parts[2][1:2] == "i" and parts[1]
-    }
-
-
 @dataclass
 class LiveSystem:
     """The node itself: dpkg (or rpm), lsmod, systemctl, /proc/sys, files."""
@@ -409,13 +396,10 @@ class LiveSystem:
     def packages(self, names: Sequence[str]) -> dict[str, str]:
         """Versions from ``dpkg-query`` (``rpm -q`` where there is no dpkg)."""
         if Path("/usr/bin/dpkg-query").exists() or not Path("/usr/bin/rpm").exists():
-            out = _run(
-                ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names],
-                ok=(0, 1),  # 1: some name is not installed
-            )
-            return parse_dpkg(out)
+            # 1: some name is not installed
+            return checks.parse_installed(_run([*checks.DPKG_QUERY, *names], ok=(0, 1)))
         out = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", *names], ok=(0, 1))
-        return {p[0]: p[1] for p in (line.split("\t") for line in out.splitlines()) if len(p) == 2}
+        return checks.parse_installed(out)
 
     def file_digest(self, path: str) -> str | None:
         """sha256 of the file, read in 1 MiB blocks."""

@@ -25,7 +25,7 @@ from gpuforge.node import config as cfg
 from gpuforge.node.record import TEXT_MAX, Event, clip
 from gpuforge.node.run import Output, Runner, ToolError
 from gpuforge.node.state import State
-from gpuforge.validate import checks, flaps
+from gpuforge.validate import catalogue, checks, flaps
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.parsers import (
     dcgmi,
@@ -46,7 +46,7 @@ GPU_QUERY = ["nvidia-smi", f"--query-gpu={checks.GPU_QUERY}", "--format=csv"]
 XML = ["nvidia-smi", "-q", "-x"]
 NVLINK = ["nvidia-smi", "nvlink", "-s"]
 IBSTAT = ["ibstat"]
-DPKG = ["dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n"]
+DPKG = list(checks.DPKG_QUERY)
 #: ``systemctl is-active`` exits 3 when a unit is inactive: an answer, not a failure to run.
 SYSTEMCTL_OK = (0, 3, 4)
 #: Tools the passive tier starts at once (each check then reads its memo): the run takes about
@@ -59,14 +59,6 @@ KERNEL_LOG = (
 _ISO_HEAD = re.compile(
     r"^(?:\w+\s*:\s*\w+\s*:\s*)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
 )
-#: Packages that carry each pinned version (Debian names; the driver's comes from nvidia-smi).
-VERSION_PACKAGES: dict[str, tuple[str, ...]] = {
-    "cuda": ("cuda-toolkit-",),
-    "nccl": ("libnccl2",),
-    "dcgm": ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager"),
-    "fabricmanager": ("nvidia-fabricmanager-", "nvidia-fabricmanager"),
-    "slurm": ("slurmd",),
-}
 
 
 class UnavailableError(Exception):
@@ -86,20 +78,17 @@ class Result:
     evidence: str = ""
 
 
-def judged(
-    check: str, outcome: Outcome, evidence: str, action: str, needles: Sequence[str] = ()
-) -> Result:
-    """A pure check's :class:`Outcome` as a result: FAIL carries ``action`` (or its own).
+def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] = ()) -> Result:
+    """A pure check's :class:`Outcome` as a result: a FAIL carries the outcome's own action, else
+    the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
 
     Only a result that is not a pass carries its evidence: 12,500 nodes send a record every
     interval, and what explains a pass is its ``measured`` value.
     """
     if outcome.ok:
         return Result(check, "pass", None, outcome.measured, outcome.expected, outcome.detail)
-    if outcome.warn_only:
-        status, act = "warn", "monitor"
-    else:
-        status, act = "fail", outcome.action or action
+    status = "warn" if outcome.warn_only else "fail"
+    act = catalogue.result_action(check, ok=False, warn=outcome.warn_only, named=outcome.action)
     said = f"{outcome.measured} {outcome.detail}"
     # Cut the output around what the judgement names (a GPU's bus id, a port), not head/tail.
     named = sorted({m.group(0) for m in _NEEDLE.finditer(said)})
@@ -324,7 +313,7 @@ def gpu_count(p: Probe) -> Result:
 
     def body() -> Result:
         csv, ev = p.csv()
-        return judged("gpu.count", checks.gpu_count(csv, want), ev, lookup(79).action.value)
+        return judged("gpu.count", checks.gpu_count(csv, want), ev)
 
     return guarded("gpu.count", body)
 
@@ -337,7 +326,7 @@ def gpu_model(p: Probe) -> Result:
 
     def body() -> Result:
         csv, ev = p.csv()
-        return judged("gpu.model", checks.gpu_models(csv, want), ev, "inspect")
+        return judged("gpu.model", checks.gpu_models(csv, want), ev)
 
     return guarded("gpu.model", body)
 
@@ -373,7 +362,7 @@ def gpu_xid(p: Probe, *, advance: bool) -> Result:
         watch = [e.line for e in fresh_xids if e.line not in sticky]
         text = "\n".join(sticky + watch)
         outcome = checks.no_hardware_xids(text)
-        return judged("gpu.xid", outcome, text or "no Xid since the last run", "reboot")
+        return judged("gpu.xid", outcome, text or "no Xid since the last run")
 
     return guarded("gpu.xid", body)
 
@@ -417,9 +406,7 @@ def gpu_ecc(p: Probe) -> Result:
                     v.dram_correctable or 0
                 )
         outcome = checks.no_uncorrectable_ecc(report)
-        return judged(
-            "gpu.ecc_uncorrectable", outcome, ev, lookup(48).action.value, ("uncorrectable>",)
-        )
+        return judged("gpu.ecc_uncorrectable", outcome, ev, ("uncorrectable>",))
 
     return guarded("gpu.ecc_uncorrectable", body)
 
@@ -430,13 +417,10 @@ def gpu_row_remap(p: Probe) -> Result:
     def body() -> Result:
         report, ev = p.xml()
         outcome = checks.row_remap_healthy(report)
-        failed = "failure" in str(outcome.measured)
-        action = lookup(64 if failed else 63).action.value
         return judged(
             "gpu.row_remap",
             outcome,
             ev,
-            action,
             ("<remapped_row_pending>", "<remapped_row_failure>", "<pending_retirement>"),
         )
 
@@ -454,7 +438,7 @@ def gpu_nvlink(p: Probe) -> Result:
         status = p._once("nvlink", lambda: nvlink.parse(out.stdout))
         gpus = p.config.expect.gpus or len(status.gpus)
         outcome = checks.nvlink_all_up(status, gpus=gpus, links_per_gpu=links)
-        return judged("gpu.nvlink", outcome, out.evidence(), lookup(74).action.value)
+        return judged("gpu.nvlink", outcome, out.evidence())
 
     return guarded("gpu.nvlink", body)
 
@@ -466,7 +450,7 @@ def gpu_pcie(p: Probe) -> Result:
         report, ev = p.xml()
         e = p.config.expect
         outcome = checks.pcie_link(report, gen=e.pcie_gen, width=e.pcie_width)
-        return judged("gpu.pcie_link", outcome, ev, "inspect")
+        return judged("gpu.pcie_link", outcome, ev)
 
     return guarded("gpu.pcie_link", body)
 
@@ -476,7 +460,7 @@ def gpu_throttle(p: Probe) -> Result:
 
     def body() -> Result:
         report, ev = p.xml()
-        return judged("gpu.throttle", checks.no_throttling(report), ev, "inspect")
+        return judged("gpu.throttle", checks.no_throttling(report), ev)
 
     return guarded("gpu.throttle", body)
 
@@ -503,14 +487,12 @@ def fabric_port(p: Probe) -> Result:
             results += checks.ib_ports(
                 report, [spec], rate_gbps=rail.rate_gbps or 0, link_layer=rail.link_layer
             )
-        return _combine("fabric.port", results, out.evidence(), "inspect")
+        return _combine("fabric.port", results, out.evidence())
 
     return guarded("fabric.port", body)
 
 
-def _combine(
-    check: str, parts: Sequence[tuple[str, Outcome]], evidence: str, action: str
-) -> Result:
+def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) -> Result:
     bad = [(name, o) for name, o in parts if not o.ok and not o.warn_only]
     warn = [(name, o) for name, o in parts if not o.ok and o.warn_only]
     measured = "; ".join(f"{name}: {o.measured}" for name, o in parts)
@@ -518,7 +500,7 @@ def _combine(
     detail = "; ".join(f"{name}: {o.detail}" for name, o in bad + warn if o.detail)
     ok = not bad and not warn
     outcome = Outcome(ok, measured, expected, detail, warn_only=bool(warn) and not bad)
-    return judged(check, outcome, evidence, action)
+    return judged(check, outcome, evidence)
 
 
 #: Bytes of the IPoIB encapsulation header (RFC 4391), which datagram mode takes off the MTU.
@@ -543,7 +525,7 @@ def fabric_mtu(p: Probe) -> Result:
             want = int(r.mtu or 0)
             ok = got == want or (r.link_layer == "InfiniBand" and got == want - IPOIB_HEADER)
             parts.append((str(r.netdev), Outcome(ok, got, r.mtu)))
-        return _combine("fabric.mtu", parts, "\n".join(seen), "quarantine")
+        return _combine("fabric.mtu", parts, "\n".join(seen))
 
     return guarded("fabric.mtu", body)
 
@@ -584,7 +566,7 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
                     deltas[key] = value - last[-1][1] if last and value >= last[-1][1] else 0
         outcome = checks.counter_growth(deltas, maxima, window_s=window)
         evidence = "\n".join(f"{k} = {p.counters[k]:g} (+{d:g})" for k, d in deltas.items())
-        return judged("fabric.counters", outcome, evidence, "inspect")
+        return judged("fabric.counters", outcome, evidence)
 
     return guarded("fabric.counters", body)
 
@@ -595,7 +577,6 @@ def fabric_flaps(p: Probe) -> Result:
     if not rails:
         return skip("fabric.flaps", "no rail declares a netdev")
     params = p.config.check("fabric.flaps").params
-    window = timedelta(hours=float(params["window_h"]))
 
     def body() -> Result:
         _, boot = p.boot()
@@ -609,17 +590,11 @@ def fabric_flaps(p: Probe) -> Result:
                     downed = p.ib_counter(r, "link_downed")
                 except UnavailableError:
                     downed = None  # fabric.counters reports the missing counters
-            found = flaps.count(
-                events, str(r.netdev), now=p.now, boot=boot, link_downed=downed, window=window
+            outcome = flaps.judge_port(
+                events, str(r.netdev), now=p.now, boot=boot, link_downed=downed, params=params
             )
-            outcome = flaps.judge(found, threshold=int(params["flaps"]), window=window)
-            dropped = flaps.dropped(
-                events, str(r.netdev), now=p.now, down_s=float(params["down_s"])
-            )
-            parts.append((str(r.netdev), dropped if not dropped.ok else outcome))
-        return _combine(
-            "fabric.flaps", parts, "\n".join(evidence) or "no link down/up line", "inspect"
-        )
+            parts.append((str(r.netdev), outcome))
+        return _combine("fabric.flaps", parts, "\n".join(evidence) or "no link down/up line")
 
     return guarded("fabric.flaps", body)
 
@@ -653,7 +628,7 @@ def fabric_roce_pfc(p: Probe) -> Result:
             outcome = Outcome(
                 False, outcome.measured, outcome.expected, outcome.detail, warn_only=True
             )
-        return judged("fabric.roce_pfc", outcome, "\n".join(evidence), "monitor")
+        return judged("fabric.roce_pfc", outcome, "\n".join(evidence))
 
     return guarded("fabric.roce_pfc", body)
 
@@ -692,40 +667,15 @@ def software_versions(p: Probe) -> Result:
             evidence.append(ev)
         if set(pins) - {"driver"}:
             out = p.output(DPKG)
-            installed = _packages(out.stdout)
+            installed = checks.parse_installed(out.stdout)
             evidence.append(out.evidence())
             for key in sorted(set(pins) - {"driver"}):
-                measured[key] = _package_version(installed, VERSION_PACKAGES[key], pins[key])
+                names = catalogue.VERSION_PACKAGES[key]
+                measured[key] = checks.package_version(installed, names, pins[key])
         outcome = checks.pinned_versions(measured, pins)
-        return judged("software.versions", outcome, "\n".join(evidence), "quarantine")
+        return judged("software.versions", outcome, "\n".join(evidence))
 
     return guarded("software.versions", body)
-
-
-def _packages(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 2 and parts[1] and (len(parts) < 3 or parts[2] in ("", "installed")):
-            out[parts[0]] = parts[1]
-    return out
-
-
-def _package_version(installed: Mapping[str, str], names: Sequence[str], pin: str) -> str | None:
-    """The version of the first package named (a trailing ``-``: a prefix, e.g. cuda-toolkit-)."""
-    for name in names:
-        if name.endswith("-"):
-            versions = [
-                v
-                for k, v in sorted(installed.items())
-                if k.startswith(name) and k[len(name) : len(name) + 1].isdigit()
-            ]
-            match = [v for v in versions if checks.pinned_version(v, pin).ok]
-            if match or versions:
-                return (match or versions)[0]
-        elif name in installed:
-            return installed[name]
-    return None
 
 
 def _systemctl(services: Sequence[str]) -> list[str]:
@@ -747,7 +697,7 @@ def software_services(p: Probe) -> Result:
                 f"systemctl is-active printed {len(states)} states for {len(services)} units"
             )
         outcome = checks.services_active(dict(zip(services, states, strict=True)))
-        return judged("software.services", outcome, out.evidence(), "reboot")
+        return judged("software.services", outcome, out.evidence())
 
     return guarded("software.services", body)
 
@@ -765,7 +715,7 @@ def gpu_dcgm_diag(p: Probe) -> Result:
         if not diag.completed:
             raise UnavailableError("; ".join(diag.errors) or "dcgmi could not run the diagnostic")
         outcome = checks.dcgm_diag_passed(diag)
-        return judged("gpu.dcgm_diag", outcome, out.evidence(), "reboot")
+        return judged("gpu.dcgm_diag", outcome, out.evidence())
 
     return guarded("gpu.dcgm_diag", body)
 

@@ -140,7 +140,10 @@ def row_remap_healthy(report: NvidiaSmiReport) -> Outcome:
             bad.append(f"{_gpu_label(g, i)}: remap pending")
         if g.retired_pages_pending:
             bad.append(f"{_gpu_label(g, i)}: page retirement pending")
-    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure")
+    # A remap failure is Xid 64's fault (hardware), a pending remap Xid 63's (a GPU reset).
+    failed = any("remap failure" in b for b in bad)
+    act = lookup(64 if failed else 63).action.value if bad else ""
+    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure", action=act)
 
 
 def persistence_enabled(report: NvidiaSmiReport) -> Outcome:
@@ -499,6 +502,60 @@ def pinned_version(measured: str | None, expected: str) -> Outcome:
         base == expected or base.startswith((expected + ".", expected + "-", expected + "+"))
     )
     return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
+
+
+#: The one query of installed packages (every path: the node checker, the acceptance suite, the
+#: upgrade query, drift): name, version, status, one package a line.
+DPKG_QUERY = ("dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n")
+
+
+def parse_installed(text: str) -> dict[str, str]:
+    """``{package: version}`` of the installed packages in a ``dpkg-query -W`` listing.
+
+    The status field may be ``${db:Status-Status}`` (``installed``), ``${db:Status-Abbrev}``
+    (``ii``, ``hi``: held, how the roles leave their pins; the second letter says installed) or
+    absent (``rpm -q`` output, which lists installed packages only).
+    """
+    out = {}
+    for line in text.splitlines():
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            continue
+        status = parts[2].strip() if len(parts) > 2 else ""
+        if status in ("", "installed") or (len(status) <= 3 and status[1:2] == "i"):
+            out[parts[0]] = parts[1]
+    return out
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a (package) version: ``1:4.2.3-1`` -> (4, 2, 3)."""
+    text = version.strip().split(":", 1)[-1] if re.match(r"^\d+:", version.strip()) else version
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def package_version(
+    installed: Mapping[str, str], names: Sequence[str], pin: str | None = None
+) -> str | None:
+    """The version of the first of ``names`` installed (a trailing ``-``: a prefix followed by
+    digits, e.g. ``cuda-toolkit-``: of several side by side, the one matching ``pin``, else the
+    newest)."""
+    for name in names:
+        if name.endswith("-"):
+            found = sorted(
+                (
+                    v
+                    for k, v in installed.items()
+                    if k.startswith(name) and k[len(name) : len(name) + 1].isdigit()
+                ),
+                key=release,
+            )
+            match = [v for v in found if pin and pinned_version(v, pin).ok]
+            if match or found:
+                return (match or found)[-1]
+        elif name in installed:
+            return installed[name]
+    return None
 
 
 def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str]) -> Outcome:

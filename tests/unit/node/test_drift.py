@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.node import drift
+from gpuforge.validate import checks
 
 NCCL_CONF = "NCCL_IB_HCA=mlx5_0,mlx5_1\n"
 
@@ -279,7 +280,7 @@ def test_held_packages_are_installed() -> None:
         "nvidia-driver\t570.133.20-1\trc \n"  # removed, config files left
         "gone\t\tun \n"
     )
-    assert drift.parse_dpkg(out) == {
+    assert checks.parse_installed(out) == {
         "libnccl2": "2.26.2-1+cuda12.8",
         "libnccl-dev": "2.26.2-1+cuda12.8",
     }
