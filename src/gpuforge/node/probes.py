@@ -503,10 +503,6 @@ def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) ->
     return judged(check, outcome, evidence)
 
 
-#: Bytes of the IPoIB encapsulation header (RFC 4391), which datagram mode takes off the MTU.
-IPOIB_HEADER = 4
-
-
 def fabric_mtu(p: Probe) -> Result:
     """Each rail's netdev MTU as declared (``<sysfs_root>/class/net/<netdev>/mtu``)."""
     rails = [r for r in _rails(p) if r.mtu and r.netdev]
@@ -520,11 +516,8 @@ def fabric_mtu(p: Probe) -> Result:
             path = p.config.sysfs_root / "class/net" / str(r.netdev) / "mtu"
             got = p._once(str(path), lambda path=path: int(path.read_text().strip()))  # type: ignore[misc]
             seen.append(f"{path}: {got}")
-            # IPoIB in datagram mode caps the netdev at the IB MTU less its 4-byte header, as
-            # the validators' fabric.mtu allows.
-            want = int(r.mtu or 0)
-            ok = got == want or (r.link_layer == "InfiniBand" and got == want - IPOIB_HEADER)
-            parts.append((str(r.netdev), Outcome(ok, got, r.mtu)))
+            outcome = checks.mtu_matches(got, int(r.mtu or 0), link_layer=r.link_layer)
+            parts.append((str(r.netdev), outcome))
         return _combine("fabric.mtu", parts, "\n".join(seen))
 
     return guarded("fabric.mtu", body)

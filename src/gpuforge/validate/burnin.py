@@ -13,12 +13,13 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.command import CommandResult, CommandRunner
+from gpuforge.validate import catalogue, checks
 from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
 from gpuforge.validate.result import CheckResult, Status, Tier, excerpt
 from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
@@ -484,3 +485,101 @@ def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[Ch
         CheckResult(node=n, check=check, status=Status.PASS, measured=v, tier=Tier.BURNIN)
         for n, v in sorted(low.items())
     ]
+
+
+# --- fabric.counters across the validation ---------------------------------------------------
+
+#: Where the kernel exposes an HCA port's error counters (the node checker's ``fabric.counters``).
+COUNTER_DIR = "/sys/class/infiniband/{device}/ports/{port}/counters"
+_COUNTER_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/counters/(\w+):(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class CounterSample:
+    """One node's IB port error counters at one moment: ``{ib/<dev>/<port>/<name>: value}``,
+    or why they could not be read."""
+
+    node: str
+    at: float
+    values: dict[str, int]
+    evidence: str = ""
+    error: str = ""
+
+
+def counter_command(devices: Sequence[str], port: int = 1) -> str:
+    """One ``grep -H`` over every counter of ``devices`` (``path:value`` lines)."""
+    paths = [
+        f"{COUNTER_DIR.format(device=d, port=port)}/{name}"
+        for d in devices
+        for name in catalogue.COUNTER_NAMES
+    ]
+    return "grep -H . " + " ".join(shlex.quote(p) for p in paths)
+
+
+def parse_counter_sample(text: str) -> dict[str, int]:
+    """``path:value`` lines -> ``{ib/<dev>/<port>/<name>: value}`` (other lines ignored)."""
+    out = {}
+    for line in text.splitlines():
+        m = _COUNTER_LINE.match(line.strip())
+        if m:
+            out[f"ib/{m[1]}/{m[2]}/{m[3]}"] = int(m[4])
+    return out
+
+
+def sample_counters(
+    runner: CommandRunner, node: str, devices: Sequence[str], *, now: Callable[[], float]
+) -> CounterSample:
+    """Read ``devices``' port 1 error counters on ``node`` (one SSH command, 30 s at most)."""
+    res = runner.run(node, counter_command(devices), timeout=30)
+    values = parse_counter_sample(res.stdout)
+    want = {f"ib/{d}/1/{n}" for d in devices for n in catalogue.COUNTER_NAMES}
+    missing = sorted(want - set(values))
+    error = ""
+    if res.timed_out or res.unreachable:
+        error = "counters not read: " + ("timed out" if res.timed_out else "node unreachable")
+    elif missing:
+        error = f"counters not readable: {', '.join(missing[:4])}" + (
+            f" (+{len(missing) - 4})" if len(missing) > 4 else ""
+        )
+    return CounterSample(node, now(), values, res.evidence(), error)
+
+
+def counter_results(
+    before: CounterSample, after: CounterSample, *, level: Tier, maxima: Mapping[str, int]
+) -> CheckResult:
+    """``fabric.counters`` over the validation: the node checker's judge, growth from before
+    burn-in to after the last level (a counter that went down was reset: from zero)."""
+    check = "fabric.counters"
+    node = before.node
+    if before.error or after.error:
+        return CheckResult(
+            node,
+            check,
+            Status.ERROR,
+            expected="counters readable before and after",
+            evidence=after.evidence if after.error else before.evidence,
+            tier=level,
+            message=before.error or after.error,
+        )
+    deltas = {
+        key: float(value - before.values[key] if value >= before.values[key] else value)
+        for key, value in after.values.items()
+        if key in before.values
+    }
+    window = max(after.at - before.at, 0.0)
+    outcome = checks.counter_growth(deltas, maxima, window_s=window)
+    evidence = "\n".join(
+        f"{k} = {after.values[k]} (+{d:g} since before burn-in)" for k, d in sorted(deltas.items())
+    )
+    return CheckResult(
+        node,
+        check,
+        Status.PASS if outcome.ok else Status.FAIL,
+        measured=outcome.measured,
+        expected=outcome.expected,
+        evidence=evidence,
+        duration_s=window,
+        tier=level,
+        message=outcome.detail,
+        action=catalogue.result_action(check, ok=outcome.ok, warn=False, named=outcome.action),
+    )

@@ -453,6 +453,19 @@ def sysctl_conformance(
     )
 
 
+#: Bytes of the IPoIB encapsulation header (RFC 4391), which datagram mode takes off the MTU.
+IPOIB_HEADER = 4
+
+
+def mtu_matches(measured: str | int | None, expected: int, *, link_layer: str) -> Outcome:
+    """A rail's netdev MTU is the declared one; IPoIB in datagram mode caps it at the IB MTU
+    less its 4-byte header, so on InfiniBand that value matches too."""
+    text = str(measured if measured is not None else "").strip()
+    got = int(text) if text.isdigit() else None
+    ok = got == expected or (link_layer.lower() == "infiniband" and got == expected - IPOIB_HEADER)
+    return Outcome(ok, got if got is not None else (text or None), expected)
+
+
 def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
     """``key = value`` lines (sysctl -a, nccl.conf), comments and blanks skipped."""
     out = {}
