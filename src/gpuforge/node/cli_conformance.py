@@ -21,7 +21,7 @@ from pathlib import Path
 from gpuforge.node import config as cfg
 from gpuforge.node import drift, engine, output
 from gpuforge.node import state as st
-from gpuforge.node.probes import TIERS, Probe, skip
+from gpuforge.node.probes import DCGM_BUDGET_S, TIERS, Probe, gpu_dcgm_diag, skip
 from gpuforge.node.record import from_dict
 from gpuforge.node.run import Budget, Runner
 
@@ -58,7 +58,11 @@ def main(args: argparse.Namespace) -> int:
     ]
     checks, _ = engine.hysteresis(results, config, state, update=False)
     report = drift.run(args.expected_dir)
-    extra = [drift.dcgm_level2()] if args.level == "burnin" else []
+    extra = []
+    if args.level == "burnin":
+        # The epilog's DCGM check at level 2, under its own budget (one judge, one action).
+        dcgm = Probe(config, Runner(Budget(DCGM_BUDGET_S[2])), state, started, "conformance")
+        extra = [gpu_dcgm_diag(dcgm, level=2).to_dict()]
     raw = drift.conformance_record(
         config.node,
         args.level,

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from gpuforge.node import record
 from gpuforge.validate import checks
+from gpuforge.validate.result import Status
 
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
@@ -535,47 +536,12 @@ def run(directory: Path = EXPECTED_DIR, system: System | None = None) -> DriftRe
 
 #: Levels of ``gpuforge-node conformance``; ``burnin`` adds DCGM level 2 on the node.
 LEVELS = ("passive", "quick", "burnin")
-#: Seconds ``dcgmi diag -r 2`` may take (the job array's per-task limit is above it).
-DCGM_R2_TIMEOUT = 900.0
-
-
-def dcgm_level2() -> dict[str, Any]:
-    """``dcgmi diag -r 2 -j`` on this node, as a ``gpu.dcgm_diag`` check in the record format."""
-    from gpuforge.validate.parsers import dcgmi  # noqa: PLC0415 - only the burnin level needs it
-
-    check: dict[str, Any] = {"check": "gpu.dcgm_diag", "expected": "every test Pass or Skip"}
-    try:
-        text = _run(["dcgmi", "diag", "-r", "2", "-j"], ok=(0, 1, 2, 226))
-    except ProbeError as exc:
-        return {**check, "status": "error", "measured": "not run", "detail": str(exc)}
-    try:
-        diag = dcgmi.parse(text)
-    except Exception as exc:  # any unreadable output is inconclusive, never a failure
-        return {**check, "status": "error", "measured": "unreadable", "detail": str(exc)[:500]}
-    failed = [t.name for t in diag.failed]
-    if not diag.completed:
-        return {
-            **check,
-            "status": "error",
-            "measured": "did not complete",
-            "detail": "; ".join(diag.errors)[:500],
-            "evidence": text[-2000:],
-        }
-    if failed:
-        return {
-            **check,
-            "status": "fail",
-            "action": "inspect",
-            "measured": "failed: " + ", ".join(failed),
-            "evidence": text[-2000:],
-        }
-    return {**check, "status": "pass", "measured": f"{len(diag.tests)} test(s) passed"}
 
 
 def _check_record(raw: Mapping[str, Any]) -> record.CheckRecord:
     return record.CheckRecord(
         check=str(raw["check"]),
-        status=str(raw.get("status", "error")),
+        status=Status(str(raw.get("status", "error"))),
         action=str(raw["action"]) if raw.get("action") else None,
         measured=raw.get("measured"),
         expected=raw.get("expected"),

@@ -1,9 +1,10 @@
 """The node's checks: gather with the node's own tools, judge with the validators' pure functions.
 
-Each check is a function ``(Probe) -> Result``. :class:`Probe` runs every tool at most once per run
-(``nvidia-smi -q -x`` serves four checks) and keeps what it gathered for the record (counters,
-events). The judgement is :mod:`gpuforge.validate.checks` / :mod:`~gpuforge.validate.flaps` /
-the Xid catalogue, the same functions the validators assert with: one source of truth.
+Each check is a function ``(Probe) -> CheckRecord``. :class:`Probe` runs every tool at most once
+per run (``nvidia-smi -q -x`` serves four checks) and keeps what it gathered for the record
+(counters, events). The judgement is :mod:`gpuforge.validate.checks` /
+:mod:`~gpuforge.validate.flaps` / the Xid catalogue, with the names, thresholds and actions of the
+check catalogue (:mod:`gpuforge.validate.catalogue`): the same the acceptance suite uses.
 
 A tool that is missing, hangs, fails or prints what its parser cannot read makes the check ERROR
 (status ``error``), never FAIL: an ERROR never drains a node.
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
-from gpuforge.node.record import TEXT_MAX, Event, clip
+from gpuforge.node.record import TEXT_MAX, CheckRecord, Event, clip
 from gpuforge.node.run import Output, Runner, ToolError
 from gpuforge.node.state import State
 from gpuforge.validate import catalogue, checks, flaps
@@ -37,7 +38,7 @@ from gpuforge.validate.parsers import (
     xid,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import NvidiaSmiReport
-from gpuforge.validate.result import excerpt
+from gpuforge.validate.result import Status, excerpt
 from gpuforge.validate.xid_catalogue import Action, lookup
 
 _T = TypeVar("_T")
@@ -65,20 +66,7 @@ class UnavailableError(Exception):
     """The check cannot conclude (tool missing, timed out, unreadable output)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One check's outcome before hysteresis: the record's check fields."""
-
-    check: str
-    status: str
-    action: str | None = None
-    measured: str | int | float | bool | None = None
-    expected: str | int | float | bool | None = None
-    detail: str = ""
-    evidence: str = ""
-
-
-def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] = ()) -> Result:
+def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] = ()) -> CheckRecord:
     """A pure check's :class:`Outcome` as a result: a FAIL carries the outcome's own action, else
     the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
 
@@ -86,14 +74,16 @@ def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] =
     interval, and what explains a pass is its ``measured`` value.
     """
     if outcome.ok:
-        return Result(check, "pass", None, outcome.measured, outcome.expected, outcome.detail)
-    status = "warn" if outcome.warn_only else "fail"
+        return CheckRecord(
+            check, Status.PASS, None, outcome.measured, outcome.expected, outcome.detail
+        )
+    status = Status.WARN if outcome.warn_only else Status.FAIL
     act = catalogue.result_action(check, ok=False, warn=outcome.warn_only, named=outcome.action)
     said = f"{outcome.measured} {outcome.detail}"
     # Cut the output around what the judgement names (a GPU's bus id, a port), not head/tail.
     named = sorted({m.group(0) for m in _NEEDLE.finditer(said)})
     kept = excerpt(evidence, [*named, *needles], TEXT_MAX)
-    return Result(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
+    return CheckRecord(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
 
 
 _NEEDLE = re.compile(
@@ -101,14 +91,14 @@ _NEEDLE = re.compile(
 )
 
 
-def error(check: str, why: str, evidence: str = "") -> Result:
+def error(check: str, why: str, evidence: str = "") -> CheckRecord:
     """The check could not run: ERROR (never drains)."""
-    return Result(check, "error", None, None, None, why, clip(evidence))
+    return CheckRecord(check, Status.ERROR, None, None, None, why, clip(evidence))
 
 
-def skip(check: str, why: str) -> Result:
+def skip(check: str, why: str) -> CheckRecord:
     """The check does not apply here (no expectation, disabled)."""
-    return Result(check, "skip", None, None, None, why)
+    return CheckRecord(check, Status.SKIP, None, None, None, why)
 
 
 @dataclass
@@ -294,7 +284,7 @@ def _short_pci(bus: str) -> str:
     return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else bus
 
 
-def guarded(check: str, body: Callable[[], Result]) -> Result:
+def guarded(check: str, body: Callable[[], CheckRecord]) -> CheckRecord:
     """Run ``body``; what it could not gather is this check's ERROR."""
     try:
         return body()
@@ -305,40 +295,40 @@ def guarded(check: str, body: Callable[[], Result]) -> Result:
 # --- GPU ------------------------------------------------------------------------------------
 
 
-def gpu_count(p: Probe) -> Result:
+def gpu_count(p: Probe) -> CheckRecord:
     """As many GPUs as the node type declares (one missing: fallen off the bus -> reboot)."""
     want = p.config.expect.gpus
     if want is None:
         return skip("gpu.count", "expect.gpus not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         csv, ev = p.csv()
         return judged("gpu.count", checks.gpu_count(csv, want), ev)
 
     return guarded("gpu.count", body)
 
 
-def gpu_model(p: Probe) -> Result:
+def gpu_model(p: Probe) -> CheckRecord:
     """Every GPU is the declared model."""
     want = p.config.expect.gpu_model
     if not want:
         return skip("gpu.model", "expect.gpu_model not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         csv, ev = p.csv()
         return judged("gpu.model", checks.gpu_models(csv, want), ev)
 
     return guarded("gpu.model", body)
 
 
-def gpu_xid(p: Probe, *, advance: bool) -> Result:
+def gpu_xid(p: Probe, *, advance: bool) -> CheckRecord:
     """Xids since the last passive run, plus those kept until a reboot (sticky, :func:`_sticky`).
 
     ``advance``: this run moves the kernel-log cursor and the sticky list (the passive tier);
     the prolog and the epilog only look at what is newer than the cursor.
     """
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         boot_id, _ = p.boot()
         if p.state.boot_id != boot_id:
             # A reboot clears what the driver reported before it (every draining Xid's action
@@ -391,10 +381,10 @@ def _xid_events(p: Probe, text: str) -> None:
         )
 
 
-def gpu_ecc(p: Probe) -> Result:
+def gpu_ecc(p: Probe) -> CheckRecord:
     """No uncorrectable ECC error since the driver loaded (catalogue action of Xid 48)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         for i, g in enumerate(report.gpus):
             v = g.ecc_volatile
@@ -411,10 +401,10 @@ def gpu_ecc(p: Probe) -> Result:
     return guarded("gpu.ecc_uncorrectable", body)
 
 
-def gpu_row_remap(p: Probe) -> Result:
+def gpu_row_remap(p: Probe) -> CheckRecord:
     """No pending row remap (Xid 63's action) and no remap failure (Xid 64's)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         outcome = checks.row_remap_healthy(report)
         return judged(
@@ -427,13 +417,13 @@ def gpu_row_remap(p: Probe) -> Result:
     return guarded("gpu.row_remap", body)
 
 
-def gpu_nvlink(p: Probe) -> Result:
+def gpu_nvlink(p: Probe) -> CheckRecord:
     """Every GPU has its declared NVLink links up (Xid 74's action when not)."""
     links = p.config.expect.nvlink_links_per_gpu
     if not links:
         return skip("gpu.nvlink", "expect.nvlink_links_per_gpu not set (no NVLink declared)")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         out = p.output(NVLINK)
         status = p._once("nvlink", lambda: nvlink.parse(out.stdout))
         gpus = p.config.expect.gpus or len(status.gpus)
@@ -443,10 +433,10 @@ def gpu_nvlink(p: Probe) -> Result:
     return guarded("gpu.nvlink", body)
 
 
-def gpu_pcie(p: Probe) -> Result:
+def gpu_pcie(p: Probe) -> CheckRecord:
     """Every GPU's PCIe link at the declared generation and width (a reseat when not)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         e = p.config.expect
         outcome = checks.pcie_link(report, gen=e.pcie_gen, width=e.pcie_width)
@@ -455,10 +445,10 @@ def gpu_pcie(p: Probe) -> Result:
     return guarded("gpu.pcie_link", body)
 
 
-def gpu_throttle(p: Probe) -> Result:
+def gpu_throttle(p: Probe) -> CheckRecord:
     """No clock event reason but idle, application clocks or power cap (thermal, HW slowdown)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         return judged("gpu.throttle", checks.no_throttling(report), ev)
 
@@ -472,13 +462,13 @@ def _rails(p: Probe, layer: str | None = None) -> list[cfg.Rail]:
     return [r for r in p.config.expect.rails if layer is None or r.link_layer == layer]
 
 
-def fabric_port(p: Probe) -> Result:
+def fabric_port(p: Probe) -> CheckRecord:
     """Each rail's port Active/LinkUp at its rate and link layer (``ibstat``)."""
     rails = _rails(p)
     if not rails:
         return skip("fabric.port", "no rail declared")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         out = p.output(IBSTAT)
         report = p._once("ibstat", lambda: ibstat.parse(out.stdout))
         specs = [{"device": r.device, "rate_gbps": r.rate_gbps or 0} for r in rails]
@@ -492,7 +482,7 @@ def fabric_port(p: Probe) -> Result:
     return guarded("fabric.port", body)
 
 
-def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) -> Result:
+def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) -> CheckRecord:
     bad = [(name, o) for name, o in parts if not o.ok and not o.warn_only]
     warn = [(name, o) for name, o in parts if not o.ok and o.warn_only]
     measured = "; ".join(f"{name}: {o.measured}" for name, o in parts)
@@ -503,13 +493,13 @@ def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) ->
     return judged(check, outcome, evidence)
 
 
-def fabric_mtu(p: Probe) -> Result:
+def fabric_mtu(p: Probe) -> CheckRecord:
     """Each rail's netdev MTU as declared (``<sysfs_root>/class/net/<netdev>/mtu``)."""
     rails = [r for r in _rails(p) if r.mtu and r.netdev]
     if not rails:
         return skip("fabric.mtu", "no rail declares an mtu and a netdev")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         parts = []
         seen = []
         for r in rails:
@@ -536,7 +526,7 @@ def _window_delta(p: Probe, key: str, value: float, window_s: float) -> float:
     return value - base
 
 
-def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
+def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckRecord:
     """IB port error counters' growth within ``window_s`` against per-counter maxima."""
     rails = _rails(p, "InfiniBand")
     if not rails:
@@ -545,7 +535,7 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
     window = float(params["window_s"])
     maxima: Mapping[str, int] = params["max"]
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         deltas: dict[str, float] = {}
         for r in rails:
             for name in cfg.COUNTER_NAMES:
@@ -564,14 +554,14 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
     return guarded("fabric.counters", body)
 
 
-def fabric_flaps(p: Probe) -> Result:
+def fabric_flaps(p: Probe) -> CheckRecord:
     """Per rail: down/up cycles within ``window_h`` (flap), a port down longer than ``down_s``."""
     rails = [r for r in _rails(p) if r.netdev]
     if not rails:
         return skip("fabric.flaps", "no rail declares a netdev")
     params = p.config.check("fabric.flaps").params
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         _, boot = p.boot()
         events = link_events.parse(p.kernel_log(), now=p.now, boot=boot)
         parts = []
@@ -595,14 +585,14 @@ def fabric_flaps(p: Probe) -> Result:
 _PAUSE = re.compile(r"^\s*(?:rx|tx)_prio\d_pause:\s*(\d+)\s*$", re.MULTILINE)
 
 
-def fabric_roce_pfc(p: Probe) -> Result:
+def fabric_roce_pfc(p: Probe) -> CheckRecord:
     """RoCE rails: PFC pause frames (``ethtool -S``) within ``window_s`` against ``max_pause``."""
     rails = [r for r in _rails(p, "Ethernet") if r.netdev]
     if not rails:
         return skip("fabric.roce_pfc", "no RoCE rail with a netdev declared")
     params = p.config.check("fabric.roce_pfc").params
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         deltas: dict[str, float] = {}
         evidence = []
         for r in rails:
@@ -644,13 +634,13 @@ def _ecn_counters(p: Probe, rail: cfg.Rail) -> None:
 # --- software ---------------------------------------------------------------------------------
 
 
-def software_versions(p: Probe) -> Result:
+def software_versions(p: Probe) -> CheckRecord:
     """Installed versions against the pins (driver from nvidia-smi, the rest from dpkg)."""
     pins = p.config.expect.versions
     if not pins:
         return skip("software.versions", "expect.versions not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         measured: dict[str, str | None] = {}
         evidence = []
         if "driver" in pins:
@@ -675,13 +665,13 @@ def _systemctl(services: Sequence[str]) -> list[str]:
     return ["systemctl", "is-active", *services]
 
 
-def software_services(p: Probe) -> Result:
+def software_services(p: Probe) -> CheckRecord:
     """Every declared service active (``systemctl is-active``)."""
     services = p.config.expect.services
     if not services:
         return skip("software.services", "expect.services not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         # is-active exits 3 when a unit is inactive: an answer, not a failure to run.
         out = p.output(_systemctl(services), ok=SYSTEMCTL_OK)
         states = [s.strip() for s in out.stdout.splitlines() if s.strip()]
@@ -698,13 +688,20 @@ def software_services(p: Probe) -> Result:
 # --- epilog -------------------------------------------------------------------------------------
 
 
-def gpu_dcgm_diag(p: Probe) -> Result:
-    """``dcgmi diag -r 1 -j``: any failed test fails (reboot and re-validate)."""
+#: ``dcgmi diag`` levels the node runs: the epilog ``-r 1`` (~30 s on 8 GPUs), the nightly
+#: conformance task's burnin level ``-r 2`` (its own budget: ``DCGM_BUDGET_S``).
+DCGM_BUDGET_S = {1: 60.0, 2: 900.0}
 
-    def body() -> Result:
+
+def gpu_dcgm_diag(p: Probe, level: int = 1) -> CheckRecord:
+    """``dcgmi diag -r <level> -j``: any failed test fails, with the action the check catalogue
+    gives what failed (:func:`gpuforge.validate.checks.dcgm_diag_passed`, the acceptance
+    burn-in's judge too); warnings alone WARN."""
+
+    def body() -> CheckRecord:
         # dcgmi exits non-zero when a test fails: the JSON says which.
-        out = p.output(["dcgmi", "diag", "-r", "1", "-j"], ok=tuple(range(256)))
-        diag = p._once("dcgmi", lambda: dcgmi.parse(out.stdout or out.stderr))
+        out = p.output(["dcgmi", "diag", "-r", str(level), "-j"], ok=tuple(range(256)))
+        diag = p._once(f"dcgmi-{level}", lambda: dcgmi.parse(out.stdout or out.stderr))
         if not diag.completed:
             raise UnavailableError("; ".join(diag.errors) or "dcgmi could not run the diagnostic")
         outcome = checks.dcgm_diag_passed(diag)
@@ -714,7 +711,7 @@ def gpu_dcgm_diag(p: Probe) -> Result:
 
 
 #: The checks of each tier, in run order (cheap and decisive first).
-PASSIVE: dict[str, Callable[[Probe], Result]] = {
+PASSIVE: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.count": gpu_count,
     "gpu.model": gpu_model,
     "gpu.xid": lambda p: gpu_xid(p, advance=True),
@@ -731,11 +728,11 @@ PASSIVE: dict[str, Callable[[Probe], Result]] = {
     "software.versions": software_versions,
     "software.services": software_services,
 }
-PROLOG: dict[str, Callable[[Probe], Result]] = {
+PROLOG: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "fabric.counters": lambda p: fabric_counters(p, record_samples=False),
 }
-EPILOG: dict[str, Callable[[Probe], Result]] = {
+EPILOG: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "gpu.ecc_uncorrectable": gpu_ecc,
     "gpu.row_remap": gpu_row_remap,

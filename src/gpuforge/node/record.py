@@ -46,10 +46,13 @@ Scalar = str | int | float | bool | None
 
 @dataclass(frozen=True, slots=True)
 class CheckRecord:
-    """One check's outcome in one run."""
+    """One check's outcome in one run: what every node-side check returns (before hysteresis,
+    ``streak`` 1), what the record carries and what the controller judges
+    (:func:`node_verdict`). ``status`` is :class:`~gpuforge.validate.result.Status`, the one
+    vocabulary of the acceptance levels too."""
 
     check: str
-    status: str
+    status: Status
     action: str | None = None
     measured: Scalar = None
     expected: Scalar = None
@@ -59,11 +62,14 @@ class CheckRecord:
     #: Consecutive runs with this status (the hysteresis counter the request was computed from).
     streak: int = 1
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {
             "check": self.check,
-            "status": self.status,
+            "status": self.status.value,
             "action": self.action,
             "measured": self.measured,
             "expected": self.expected,
@@ -400,7 +406,7 @@ def _check(r: _Reader, raw: object, where: str) -> CheckRecord:
     assert streak is not None  # noqa: S101
     return CheckRecord(
         check=r.req_text(d, "check", where),
-        status=status,
+        status=Status(status),
         action=r.choice(d, "action", where, ACTIONS, null=True),
         measured=r.scalar(d, "measured", where),
         expected=r.scalar(d, "expected", where),

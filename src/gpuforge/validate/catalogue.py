@@ -17,7 +17,7 @@ judge, and the result carries the same check name and the same action.
 reason carries (``gpuforge:<check>:<action>``, docs/health.md). Where one run yields a result per
 GPU, rail or component (the acceptance suite parametrizes per rail), the instance follows in
 brackets, the same way on every path: ``fabric.flaps[0]`` (rail 0), ``software.versions[nccl]``,
-``gpu.dcgm_diag[pcie:gpu2]``. :func:`base` strips the instance; :func:`spec` looks a name up with
+``gpu.dcgm_diag[pcie.gpu2]``. :func:`base` strips the instance; :func:`spec` looks a name up with
 or without one.
 
 **Actions.** A failed check's action is the judge's when the judgement depends on what failed

@@ -10,7 +10,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers.dcgmi import DcgmDiag
+from gpuforge.validate import catalogue
+from gpuforge.validate.parsers.dcgmi import DcgmDiag, DiagTest
 from gpuforge.validate.parsers.ibstat import IbstatReport
 from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
 from gpuforge.validate.parsers.nvidia_smi_csv import NvidiaSmiCsv
@@ -595,17 +596,92 @@ def services_active(states: Mapping[str, str]) -> Outcome:
     return Outcome(not bad, measured, "all active", "; ".join(bad))
 
 
+@dataclass(frozen=True)
+class DcgmFailure:
+    """One failed DCGM test: its GPUs, DCGM's own words for it and the action it calls for."""
+
+    test: DiagTest
+    gpus: tuple[int, ...]
+    said: tuple[str, ...]
+    action: str
+
+    @property
+    def instance(self) -> str:
+        """What the check name's brackets carry: ``pcie.gpu2`` (:func:`dcgm_instance`)."""
+        return dcgm_instance(self.test.name, self.gpus)
+
+
+def dcgm_instance(test: str, gpus: Sequence[int]) -> str:
+    """``PCIe`` on GPU 2 -> ``pcie.gpu2``; GPUs 0 to 5 ``pcie.gpu0-5``, GPUs 1 and 3
+    ``pcie.gpu1,gpu3``; no GPU: the test alone."""
+    runs: list[list[int]] = []
+    for g in sorted(set(gpus)):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    # consecutive GPUs as a range (gpu0-5), so that a test failing everywhere stays short
+    names = [f"gpu{r[0]}" if len(r) == 1 else f"gpu{r[0]}-{r[-1]}" for r in runs]
+    return f"{catalogue.slug(test)}.{','.join(names)}" if names else catalogue.slug(test)
+
+
+def _explanations(test: DiagTest, gpus: Sequence[int]) -> list[str]:
+    """DCGM's own words for a failed test: errors and warnings (else info) naming ``gpus``."""
+    said = [*test.errors, *test.warnings] or list(test.info)
+    mine = [m for m in said if any(re.search(rf"\bGPU {g}\b", m) for g in gpus)]
+    return list(dict.fromkeys(mine or said))
+
+
+def dcgm_failures(diag: DcgmDiag) -> list[DcgmFailure]:
+    """Each failed test with its GPUs (a deployment test reports none: the ones its message
+    names) and its action (:func:`gpuforge.validate.catalogue.dcgm_action`)."""
+    out = []
+    for t in diag.failed:
+        gpus = sorted({r.gpu for r in t.results if r.status == "Fail" and r.gpu is not None})
+        said = _explanations(t, gpus)
+        if not gpus:
+            gpus = sorted({int(g) for m in said for g in re.findall(r"\bGPU (\d+)\b", m)})
+        out.append(DcgmFailure(t, tuple(gpus), tuple(said), catalogue.dcgm_action(t.name)))
+    return out
+
+
 def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
-    """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``."""
-    failed = list(diag.failed)
+    """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``.
+
+    A failure's action is the strongest its failed tests call for (an error DCGM did not tie to
+    a test: the catalogue's default), the same on every path that runs the diagnostic.
+    """
+    failures = dcgm_failures(diag)
     warned = [t for t in diag.tests if t.status == "Warn"]
     measured = ", ".join(f"{t.name}={t.status}" for t in diag.tests)
-    if failed or diag.errors:
-        said = [m for t in failed for m in t.errors[:2]] + list(diag.errors[:2])
-        detail = "failed: " + ", ".join(t.name for t in failed)
-        return Outcome(False, measured, "every test Pass or Skip", "; ".join([detail, *said]))
+    if failures or diag.errors:
+        said = [m for f in failures for m in f.said[:2]] + list(diag.errors[:2])
+        detail = "failed: " + ", ".join(f.instance for f in failures)
+        actions = [f.action for f in failures] or [catalogue.DCGM_DEFAULT_ACTION]
+        return Outcome(
+            False,
+            measured,
+            "every test Pass or Skip",
+            "; ".join([detail, *said]),
+            action=strongest(actions),
+        )
     if warned:
         said = [m for t in warned for m in t.warnings[:2]]
         detail = "warnings: " + "; ".join(said or [t.name for t in warned])
         return Outcome(False, measured, "every test Pass or Skip", detail, warn_only=True)
     return Outcome(True, measured, "every test Pass or Skip")
+
+
+def strongest(actions: Sequence[str]) -> str:
+    """The strongest of ``actions`` (the Xid catalogue's order; ``quarantine`` sits between
+    ``monitor`` and ``reset_gpu``, as in the node's request)."""
+
+    def rank(a: str) -> float:
+        if a == catalogue.DEFAULT_ACTION:
+            return Action.MONITOR.rank + 0.5
+        try:
+            return Action(a).rank
+        except ValueError:
+            return -1
+
+    return max(actions, key=rank) if actions else ""
