@@ -336,20 +336,21 @@ def gpu_xid(p: Probe, *, advance: bool) -> CheckRecord:
             p.state.sticky_xids = []
         fresh, newest = p.new_kernel_lines()
         new_text = "\n".join(fresh)
-        fresh_xids = checks.xid_events(new_text)
-        _xid_events(p, new_text)
+        report = xid.read(new_text)
+        _xid_events(p, report)
+        fresh_xids = xid.with_lines(new_text, report)
         sticky = list(p.state.sticky_xids)
-        for e in fresh_xids:
+        for e, line in fresh_xids:
             entry = lookup(e.xid)
-            if _sticky(entry.action) and not entry.user_caused and e.line not in sticky:
-                sticky.append(e.line)
+            if _sticky(entry.action) and not entry.user_caused and line not in sticky:
+                sticky.append(line)
         fallen = [ln.strip() for ln in fresh if "fallen off the bus" in ln]
         sticky += [ln for ln in fallen if ln not in sticky]
         if advance:
             p.state.sticky_xids = sticky[-50:]
             p.state.kmsg_cursor = newest
             p.state.boot_id = boot_id
-        watch = [e.line for e in fresh_xids if e.line not in sticky]
+        watch = [line for _, line in fresh_xids if line not in sticky]
         text = "\n".join(sticky + watch)
         outcome = checks.no_hardware_xids(text)
         return judged("gpu.xid", outcome, text or "no Xid since the last run")
@@ -364,13 +365,9 @@ def _sticky(action: Action) -> bool:
     return action.rank >= Action.REBOOT.rank
 
 
-def _xid_events(p: Probe, text: str) -> None:
-    if not text.strip():
+def _xid_events(p: Probe, report: xid.XidReport | None) -> None:
+    if report is None:
         return
-    try:
-        report = xid.parse(text)
-    except InputError:
-        return  # the check judges the lines itself; events are a convenience
     gpus = p.gpu_of_pci()
     for e in report.xids:
         gpu = gpus.get(_short_pci(e.pci))

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuforge.validate import catalogue
+from gpuforge.validate.parsers import xid
 from gpuforge.validate.parsers.dcgmi import DcgmDiag, DiagTest
 from gpuforge.validate.parsers.ibstat import IbstatReport
 from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
@@ -34,8 +35,6 @@ BENIGN_CLOCK_REASONS = frozenset(
         "none",
     }
 )
-
-_XID = re.compile(r"NVRM: Xid \((?P<dev>[^)]*)\): (?P<xid>\d+),")
 
 
 @dataclass(frozen=True)
@@ -350,25 +349,6 @@ def ib_ports(
     return out
 
 
-@dataclass(frozen=True)
-class XidEvent:
-    """One ``NVRM: Xid`` kernel message."""
-
-    device: str
-    xid: int
-    line: str
-
-
-def xid_events(kernel_log: str) -> list[XidEvent]:
-    """Every Xid line in a kernel log (dmesg or journalctl -k output, any prefix)."""
-    out = []
-    for line in kernel_log.splitlines():
-        m = _XID.search(line)
-        if m:
-            out.append(XidEvent(m["dev"], int(m["xid"]), line.strip()))
-    return out
-
-
 def no_hardware_xids(kernel_log: str) -> Outcome:
     """Judge the Xids in a kernel log by the Xid catalogue (``validate/data/xid_catalogue.yaml``).
 
@@ -382,28 +362,28 @@ def no_hardware_xids(kernel_log: str) -> Outcome:
 
     ``measured`` names each code with its GPU and action: ``79@0000:91:00=reboot``.
     """
-    events = xid_events(kernel_log)
+    events = xid.with_lines(kernel_log, xid.read(kernel_log))
     fallen = [ln for ln in kernel_log.splitlines() if "fallen off the bus" in ln]
-    drains: list[tuple[XidEvent, Action]] = []
-    watch: list[XidEvent] = []
-    for e in events:
+    drains: list[tuple[xid.XidEvent, str, Action]] = []
+    watch: list[tuple[xid.XidEvent, str]] = []
+    for e, line in events:
         entry = lookup(e.xid)
         if entry.action.drains and not entry.user_caused:
-            drains.append((e, entry.action))
+            drains.append((e, line, entry.action))
         elif entry.action is not Action.NONE:
-            watch.append(e)
-    flagged = sorted({f"{e.xid}@{e.device}={a.value}" for e, a in drains})
-    actions = [a for _, a in drains]
-    if fallen and 79 not in {e.xid for e, _ in drains}:
+            watch.append((e, line))
+    flagged = sorted({f"{e.xid}@{e.pci}={a.value}" for e, _, a in drains})
+    actions = [a for _, _, a in drains]
+    if fallen and 79 not in {e.xid for e, _, _ in drains}:
         flagged.append(f"fallen-off-the-bus={lookup(79).action.value}")
         actions.append(lookup(79).action)
     if actions:
-        detail = "\n".join([e.line for e, _ in drains][:5] + fallen[:2])
-        strongest = max(actions, key=lambda a: a.rank)
-        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=strongest.value)
+        detail = "\n".join([line for _, line, _ in drains][:5] + fallen[:2])
+        worst = max(actions, key=lambda a: a.rank)
+        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=worst.value)
     if watch:
-        seen = sorted({f"{e.xid}@{e.device}={lookup(e.xid).action.value}" for e in watch})
-        detail = "application or monitor-only Xids: " + "\n".join(e.line for e in watch[:5])
+        seen = sorted({f"{e.xid}@{e.pci}={lookup(e.xid).action.value}" for e, _ in watch})
+        detail = "application or monitor-only Xids: " + "\n".join(ln for _, ln in watch[:5])
         return Outcome(
             False, ",".join(seen), "no hardware Xid", detail, warn_only=True, action="monitor"
         )
