@@ -62,13 +62,13 @@ def main(args: argparse.Namespace) -> int:
     if args.level == "burnin":
         # The epilog's DCGM check at level 2, under its own budget (one judge, one action).
         dcgm = Probe(config, Runner(Budget(DCGM_BUDGET_S[2])), state, started, "conformance")
-        extra = [gpu_dcgm_diag(dcgm, level=2).to_dict()]
+        extra = [gpu_dcgm_diag(dcgm, level=2)]
     raw = drift.conformance_record(
         config.node,
         args.level,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         duration_s=time.monotonic() - clock,
-        passive=[c.to_dict() for c in checks],
+        passive=checks,
         report=report,
         firmware_versions=drift.firmware(config.sysfs_root),
         job_id=os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or None,

@@ -93,8 +93,8 @@ class DriftReport:
     roles: list[str] = field(default_factory=list)
     compared: int = 0
 
-    def check(self) -> dict[str, Any]:
-        """The ``conformance.drift`` check in the record's format.
+    def check(self) -> record.CheckRecord:
+        """The ``conformance.drift`` check of the record.
 
         fail when anything drifted (action ``quarantine``: re-run the roles, re-validate); error
         when nothing drifted but something could not be compared or nothing was recorded at all;
@@ -118,17 +118,15 @@ class DriftReport:
         evidence = "\n".join(
             f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
         )
-        return {
-            "check": CHECK,
-            "status": status,
-            "action": action,
-            "measured": measured,
-            "expected": "as the roles recorded in " + str(EXPECTED_DIR),
-            "detail": detail,
-            "evidence": evidence[:2000],
-            "shadow": False,
-            "streak": 1,
-        }
+        return record.CheckRecord(
+            check=CHECK,
+            status=Status(status),
+            action=action,
+            measured=measured,
+            expected="as the roles recorded in " + str(EXPECTED_DIR),
+            detail=record.clip(detail),
+            evidence=evidence[: record.TEXT_MAX],
+        )
 
 
 class System(Protocol):
@@ -538,31 +536,17 @@ def run(directory: Path = EXPECTED_DIR, system: System | None = None) -> DriftRe
 LEVELS = ("passive", "quick", "burnin")
 
 
-def _check_record(raw: Mapping[str, Any]) -> record.CheckRecord:
-    return record.CheckRecord(
-        check=str(raw["check"]),
-        status=Status(str(raw.get("status", "error"))),
-        action=str(raw["action"]) if raw.get("action") else None,
-        measured=raw.get("measured"),
-        expected=raw.get("expected"),
-        detail=record.clip(str(raw.get("detail") or "")),
-        evidence=record.clip(str(raw.get("evidence") or "")),
-        shadow=bool(raw.get("shadow", False)),
-        streak=int(raw.get("streak", 1)),
-    )
-
-
 def conformance_record(
     node: str,
     level: str,
     *,
     started: str,
     duration_s: float,
-    passive: Sequence[Mapping[str, Any]] = (),
+    passive: Sequence[record.CheckRecord] = (),
     report: DriftReport,
     firmware_versions: Mapping[str, str],
     job_id: str | None = None,
-    extra: Sequence[Mapping[str, Any]] = (),
+    extra: Sequence[record.CheckRecord] = (),
 ) -> dict[str, Any]:
     """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
 
@@ -572,17 +556,14 @@ def conformance_record(
     """
     if level not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
-    raw = [*passive, report.check(), *extra]
-    raw.append(
-        {
-            "check": "conformance.firmware",
-            "status": "pass" if firmware_versions else "skip",
-            "measured": json.dumps(dict(sorted(firmware_versions.items()))),
-            "expected": "same as the other nodes of the type",
-            "shadow": True,
-        }
+    firmware = record.CheckRecord(
+        check="conformance.firmware",
+        status=Status.PASS if firmware_versions else Status.SKIP,
+        measured=json.dumps(dict(sorted(firmware_versions.items()))),
+        expected="same as the other nodes of the type",
+        shadow=True,
     )
-    checks = tuple(_check_record(c) for c in raw)
+    checks = (*passive, report.check(), *extra, firmware)
     return record.Record(
         node=node,
         tier="conformance",
