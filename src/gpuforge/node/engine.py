@@ -32,6 +32,7 @@ from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.probes import TIERS, Probe, UnavailableError, skip
 from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
 from gpuforge.node.run import Budget, Runner
+from gpuforge.validate import catalogue
 from gpuforge.validate.xid_catalogue import Action
 
 DISABLED = "disabled by config"
@@ -88,7 +89,7 @@ def request_of(state: st.State) -> Request | None:
     """Drain for the latched checks (strongest action first), else resume while one is owed."""
     latched = sorted(
         ((n, s) for n, s in state.streaks.items() if s.latched),
-        key=lambda item: (-_rank(item[1].action), item[0]),
+        key=lambda item: (-catalogue.action_rank(item[1].action), item[0]),
     )
     if latched:
         state.resume_pending = True
@@ -97,15 +98,6 @@ def request_of(state: st.State) -> Request | None:
     if state.resume_pending:
         return Request("resume")
     return None
-
-
-def _rank(action: str | None) -> int:
-    if action == "quarantine":
-        return Action.RESET_GPU.rank  # between monitor and a hardware action
-    try:
-        return Action(action or "none").rank
-    except ValueError:
-        return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,11 @@ actions are decided.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.validate.xid_catalogue import lookup
+from gpuforge.validate.xid_catalogue import Action, lookup
 
 #: Acceptance levels, each including the previous one (``gpuforge validate --level``).
 LEVELS = ("quick", "burnin", "full")
@@ -334,6 +334,22 @@ def result_action(name: str, *, ok: bool, warn: bool, named: str = "") -> str:
     if ok:
         return ""
     return "monitor" if warn else action(name, named)
+
+
+def action_rank(name: str | None) -> int:
+    """How strong an action is: the Xid catalogue's order, ``quarantine`` with ``reset_gpu``
+    (between ``monitor`` and a hardware action); an unknown one is 0."""
+    if name == DEFAULT_ACTION:
+        return Action.RESET_GPU.rank
+    try:
+        return Action(name or "none").rank
+    except ValueError:
+        return 0
+
+
+def strongest(actions: Sequence[str]) -> str:
+    """The strongest of ``actions`` (the first of equals), empty for none."""
+    return max(actions, key=action_rank) if actions else ""
 
 
 def params(name: str) -> dict[str, Any]:

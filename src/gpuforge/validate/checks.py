@@ -643,25 +643,10 @@ def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
             measured,
             "every test Pass or Skip",
             "; ".join([detail, *said]),
-            action=strongest(actions),
+            action=catalogue.strongest(actions),
         )
     if warned:
         said = [m for t in warned for m in t.warnings[:2]]
         detail = "warnings: " + "; ".join(said or [t.name for t in warned])
         return Outcome(False, measured, "every test Pass or Skip", detail, warn_only=True)
     return Outcome(True, measured, "every test Pass or Skip")
-
-
-def strongest(actions: Sequence[str]) -> str:
-    """The strongest of ``actions`` (the Xid catalogue's order; ``quarantine`` sits between
-    ``monitor`` and ``reset_gpu``, as in the node's request)."""
-
-    def rank(a: str) -> float:
-        if a == catalogue.DEFAULT_ACTION:
-            return Action.MONITOR.rank + 0.5
-        try:
-            return Action(a).rank
-        except ValueError:
-            return -1
-
-    return max(actions, key=rank) if actions else ""
