@@ -10,6 +10,7 @@ import pytest
 from gpuforge.validate import catalogue, checks
 from gpuforge.validate.conformance import parse_or_inconclusive, probe
 from gpuforge.validate.parsers import nvidia_smi_csv
+from gpuforge.validate.result import excerpt
 
 QUERY = f"nvidia-smi --query-gpu={checks.GPU_QUERY} --format=csv"
 #: The one package listing (checks.DPKG_QUERY), rpm's where there is no dpkg.
@@ -31,13 +32,15 @@ def test_versions(node: Any, record: Any, component: str) -> None:
         res = node.output(QUERY)
         csv = parse_or_inconclusive(nvidia_smi_csv.parse, res)
         got = ",".join(sorted({str(r.values.get("driver_version")) for r in csv.rows})) or None
+        evidence = res.evidence()
     else:
         res = node.output(PACKAGES)
         installed = checks.parse_installed(res.stdout)
         names = catalogue.VERSION_PACKAGES[component]
         got = checks.package_version(installed, names, str(want))
+        evidence = excerpt(res.evidence(), [n.rstrip("-") for n in names], before=0, after=0)
     outcome = checks.pinned_versions({component: got}, {component: str(want)})
-    record.check(f"software.versions[{component}]", outcome, res.evidence())
+    record.check(f"software.versions[{component}]", outcome, evidence)
 
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_peermem"]

@@ -202,7 +202,6 @@ CATALOGUE: tuple[CheckSpec, ...] = (
         "gpu.power_cap",
         "3 samples of nvidia-smi --query-gpu=<POWER_QUERY>",
         "checks.power_cap_held",
-        "inspect",
         runs=(_Q,),
     ),
     # --- fabric ------------------------------------------------------------------------------
