@@ -237,7 +237,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     text = str(report.longreprtext or "") if status in (Status.FAIL, Status.ERROR) else ""
     if not records:
         check = _check_name(report.nodeid, node)
-        records = [{"check": check, "measured": None, "expected": None}]
+        # A hung or failing tool fails the check it serves, with that check's catalogue action.
+        action = catalogue.action(check) if status is Status.FAIL else ""
+        records = [{"check": check, "measured": None, "expected": None, "action": action}]
     for i, rec in enumerate(records):
         last = i == len(records) - 1
         st = status if last else (Status.WARN if rec.get("warn") else Status.PASS)
