@@ -15,8 +15,6 @@ name): an ``assert`` that fails is ``fail``; a tool that hangs, is missing or ex
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ import pytest
 import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
+from gpuforge.atomic import atomic_open
 from gpuforge.command import CommandResult
 from gpuforge.validate import catalogue
 from gpuforge.validate.checks import Outcome
@@ -268,13 +267,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--gpuforge-results")
     if not path or hasattr(session.config, "workerinput"):
         return  # xdist workers report to the controller, which writes the file
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+    with atomic_open(Path(path), mode=0o600) as handle:
         json.dump(
             {"schema": RESULTS_SCHEMA, "written_at": time.time(), "results": _RESULTS},
             handle,
             indent=1,
         )
-    Path(tmp).replace(out)

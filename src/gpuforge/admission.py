@@ -24,7 +24,17 @@ A maintenance window (:meth:`Admission.open_window`) is a root-only ``maint,igno
 reservation in which the nodes are resumed for acceptance jobs. Its record (reservation name,
 nodes, and how each node was before) is written before Slurm is touched, so a killed run leaves
 a window that the next run, or ``gpuforge slurm window close``, closes: every node not decided by
-:meth:`Admission.admit` gets its earlier state back, then the reservation is deleted.
+:meth:`Admission.admit` gets its earlier state back, then the reservation is deleted. Every
+caller that validates nodes in a window (deploy and upgrade, ``validate --drain``, remediation,
+conformance) goes through the one :class:`ValidationWindow`: open → validate → admit → close,
+the window closed on every way out.
+
+An operator's ``gpuforge slurm drain|resume`` goes through :meth:`Admission.operator_drain` and
+:meth:`Admission.operator_resume`: done as told (an explicit command is never refused by the
+circuit breaker, and its drains do not use up the automatic budget: ``operator`` is
+:data:`PLANNED`), and recorded with source ``operator``. An operator's drain in its own words is
+never lifted by gpuforge's automatic actions (:func:`is_ours`); one written in gpuforge's format
+(``gpuforge:gpu.xid:reboot``) hands the node to gpuforge on purpose (``gpuforge remediate``).
 """
 
 from __future__ import annotations
@@ -36,13 +46,17 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
+from gpuforge import database
+from gpuforge.database import Foreign, Schema, Step
 from gpuforge.errors import InputError, OperationError
 from gpuforge.slurm import control
 from gpuforge.slurm.control import DEFAULT_TIMEOUT, NodeAction, SlurmClient, SlurmNode
+from gpuforge.state_paths import StatePaths
 from gpuforge.validate.result import NodeVerdict, Status, Verdict
 
 #: Every reason gpuforge writes starts with this and a colon.
@@ -134,10 +148,13 @@ def verdict_reason(verdict: NodeVerdict, action: str = "quarantine") -> str:
 # -- the circuit breaker -------------------------------------------------------------------------
 
 
+#: The ``source`` an operator's ``gpuforge slurm drain|resume`` is recorded under.
+OPERATOR = "operator"
+
 #: Sources whose drains are planned work with limits of their own (a rolling upgrade's waves, an
 #: operator's hand): they do not use up the circuit breaker, which caps what automatic fault
 #: verdicts (health, conformance, validate, predictions) take out of service.
-PLANNED = frozenset({"upgrade", "operator"})
+PLANNED = frozenset({"upgrade", OPERATOR})
 
 
 @dataclass(frozen=True)
@@ -203,7 +220,7 @@ class CircuitBreaker:
 
 # -- the admission record ------------------------------------------------------------------------
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS windows (
     name TEXT PRIMARY KEY,
     nodes TEXT NOT NULL,       -- JSON list
@@ -225,6 +242,28 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE INDEX IF NOT EXISTS actions_at ON actions (at);
 """
+
+
+def _legacy(conn: sqlite3.Connection) -> int:
+    """The version of a record written before application ids: 1 when it has our tables."""
+    names = database.tables(conn)
+    if not names:
+        return 0
+    if not names & {"windows", "actions"}:
+        raise Foreign("no admission tables: another program's file")
+    return 1
+
+
+#: The admission record (``admission.db``): application id ``GFAD``; one owner, this module.
+SCHEMA = Schema(
+    kind="admission record",
+    application_id=0x47464144,
+    steps=(Step("gpuforge.admission", _V1),),
+    legacy=_legacy,
+    recovery="move it aside (keep it for the record) and run again: the maintenance windows "
+    "it held are forgotten, so check `gpuforge slurm state` for nodes left drained with a "
+    "gpuforge: reason",
+)
 
 
 @dataclass(frozen=True)
@@ -251,35 +290,27 @@ class ActionRow:
 class AdmissionRecord:
     """The SQLite file that makes windows survive a killed run and feeds the breaker."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-                check = db.execute("PRAGMA quick_check").fetchone()
-                if check is None or check[0] != "ok":
-                    raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:  # truncated, corrupt, not a database: never modified
-            raise InputError(
-                f"{path}: the admission record is unreadable ({' '.join(str(exc).split())}); "
-                "move it aside (keep it for the record) and run again: the maintenance windows "
-                "it held are forgotten, so check `gpuforge slurm state` for nodes left drained "
-                "with a gpuforge: reason"
-            ) from None
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        """Open (creating or migrating unless ``readonly``) the record at ``path``.
+
+        A file that is truncated, corrupt, not a database, another program's or of a newer
+        schema raises :class:`InputError` and is never modified.
+        """
+        self.path = Path(path)
+        self.readonly = readonly
+        database.open_database(self.path, SCHEMA, readonly=readonly).close()
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=30, isolation_level=None)) as db:
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed record
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        """One transaction on a connection of its own (a record is shared by processes)."""
+        db = database.attach(self.path, SCHEMA, readonly=self.readonly)
+        if not self.readonly:
+            db.conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed record
+        try:
+            with db.read() if self.readonly else db.transaction() as conn:
+                yield conn
+        finally:
+            db.close()
 
     def window(self, name: str) -> WindowRecord | None:
         """The open window ``name``, or None."""
@@ -381,7 +412,7 @@ def _window(row: tuple[str, str, str, str, float]) -> WindowRecord:
 
 def record_path(state_dir: Path, cluster: str) -> Path:
     """Where the admission record of ``cluster`` lives under a state directory."""
-    return state_dir / cluster / "admission.db"
+    return StatePaths(state_dir, cluster).admission_db
 
 
 # -- admission ----------------------------------------------------------------------------------
@@ -495,6 +526,27 @@ class Admission:
     def open_windows(self) -> list[WindowRecord]:
         """Windows recorded open (a killed run's, or one in progress)."""
         return self.record.windows()
+
+    # -- an operator's hands
+
+    def operator_drain(self, nodes: str | Sequence[str], reason: str) -> list[NodeAction]:
+        """Drain ``nodes`` with the operator's ``reason`` as told, and record it (``operator``).
+
+        Not passed through the circuit breaker (an explicit command is the operator's call) and
+        not counted by it (``operator`` is :data:`PLANNED`); the record says which drains took a
+        node out of service. A reason in other words than gpuforge's is never lifted by
+        gpuforge's automatic actions.
+        """
+        changes = control.drain(self.slurm, nodes, reason, timeout=self.timeout)
+        rows = [(c, c.changed and not _was_drained(c.before)) for c in changes]
+        self.record.add_actions(self.clock(), OPERATOR, rows)
+        return changes
+
+    def operator_resume(self, nodes: str | Sequence[str], reason: str) -> list[NodeAction]:
+        """Return ``nodes`` to service as told (whoever drained them), and record it."""
+        changes = control.resume(self.slurm, nodes, reason, timeout=self.timeout)
+        self.record.add_actions(self.clock(), OPERATOR, [(c, False) for c in changes])
+        return changes
 
     # -- admission
 
@@ -672,6 +724,71 @@ class _Plan:
             return None
         # hold, none (operator's drain or already in service), refused: as it was before
         return self.prior.reason if self.prior.drained else None
+
+
+def _was_drained(state_text: str) -> bool:
+    return bool(control.DRAIN_FLAGS.intersection(state_text.split("+")))
+
+
+@dataclass
+class ValidationWindow:
+    """open → validate → admit → close: the one way nodes are validated inside a window.
+
+    ``name`` is the maintenance reservation (None: validation needs no window; :meth:`admit`
+    then admits outside one, and :meth:`open`/:meth:`close` do nothing). :meth:`admit` closes the
+    window whatever it does, and leaving the ``with`` block closes it on every other way out (a
+    failed validation, Ctrl-C): each node not admitted gets its state from before the window.
+    The record is written before Slurm is touched, so a killed run leaves a window the next run
+    (or ``gpuforge slurm window close``) closes.
+
+    Used as ``with ValidationWindow(adm, name, nodes) as window: ...; window.admit(verdicts)``,
+    or in two halves (deploy's validate and admit steps): :meth:`open` ... :meth:`admit`.
+    """
+
+    admission: Admission
+    name: str | None
+    nodes: Sequence[str] = ()
+    _open: bool = field(default=False, init=False)
+
+    def open(self) -> ValidationWindow:
+        """Reserve the nodes and resume them inside the window (:meth:`Admission.open_window`)."""
+        if self.name is not None and self.nodes:
+            self.admission.open_window(self.name, self.nodes)
+            self._open = True
+        return self
+
+    def admit(
+        self, verdicts: Iterable[NodeVerdict], *, actions: Mapping[str, str] | None = None
+    ) -> list[NodeAction]:
+        """Admit ``verdicts`` inside the window (:meth:`Admission.admit`), then close it."""
+        try:
+            if actions is None:
+                return self.admission.admit(verdicts, window=self.name)
+            return self.admission.admit(verdicts, window=self.name, actions=actions)
+        finally:
+            self.close(always=True)
+
+    def close(self, *, always: bool = False) -> list[NodeAction]:
+        """Give undecided nodes their earlier state; delete the reservation. Safe to repeat.
+
+        ``always``: close the window by name even if this object did not open it (a window
+        opened by deploy's validate step, admitted by its admit step).
+        """
+        if self.name is None or not (self._open or always):
+            return []
+        self._open = False
+        return self.admission.close_window(self.name)
+
+    def __enter__(self) -> ValidationWindow:
+        return self.open()
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def summarize(actions: Iterable[NodeAction]) -> dict[str, int]:

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from gpuforge.atomic import write_atomic
+
 RECORD_ENV = "GPUFORGE_PLAY_RECORD"
 PARENT_ENV = "GPUFORGE_PLAY_PARENT"
 GRACE_S = 5.0
@@ -54,9 +56,7 @@ def start_ticks(pid: int) -> int | None:
 def write_record(path: Path, pgid: int) -> None:
     """Record the play's process group atomically (pid of its leader and that leader's start)."""
     data = {"pgid": pgid, "start": start_ticks(pgid), "argv0": "gpuforge.playguard"}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data), mode=None)
 
 
 def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:

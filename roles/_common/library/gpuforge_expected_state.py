@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -22,6 +24,11 @@ description:
     gpuforge's node checker (gpuforge.node.drift) compares the node against.
   - One task instead of a package query, a digest per file, a directory and a copy: on a
     converged site play the record is 2 host-tasks per role and host (docs/scaleout.md).
+  - Keeps each listed file's content as the role rendered it (C(content), at most
+    content_max_bytes per file, a cut file marked C(truncated)), so that a drifted file is shown
+    as a diff, not two sums. Never for a file that can hold a secret (C(omitted) says why):
+    munge.key and anything under /etc/munge, ssh keys and other private keys, and any file of
+    mode 0600 or tighter (the record is world-readable); nor for a file that is not UTF-8 text.
   - Changed only when the document differs from the file; check mode writes nothing.
 options:
   dir: {type: path, required: true, description: Directory of the records (created, 0755).}
@@ -33,6 +40,7 @@ options:
   modules: {type: list, elements: str, default: [], description: Kernel modules to be loaded.}
   services: {type: dict, default: {}, description: Units and their desired state.}
   limits: {type: dict, default: {}, description: Lines per limits.d file.}
+  content_max_bytes: {type: int, default: 65536, description: Bytes of a file's content kept.}
 """
 
 SCHEMA = "gpuforge.expected/1"
@@ -78,6 +86,56 @@ def digests(paths):
     return out
 
 
+#: Paths whose content is never recorded, whatever their mode: they can hold a secret.
+SECRET_PATH = re.compile(
+    r"(/etc/munge/|/munge\.key$|/\.ssh/|/ssh_host_[^/]*_key$|/id_[a-z0-9]+$"
+    r"|\.(key|pem|p12|pfx)$|/(shadow|gshadow)-?$)"
+)
+
+
+def secret_reason(path, mode):
+    """Why ``path`` (of ``mode``) can hold a secret, or None."""
+    if SECRET_PATH.search(path):
+        return "can hold a secret (its path)"
+    if not mode & 0o077:
+        return f"can hold a secret (mode {stat.S_IMODE(mode):04o})"
+    return None
+
+
+def contents(paths, limit):
+    """{path: {"text", "truncated"} or {"omitted": why}} for the files that exist."""
+    out = {}
+    for path in paths:
+        try:
+            info = Path(path).stat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        why = secret_reason(path, info.st_mode)
+        if why is not None:
+            out[path] = {"omitted": why}
+            continue
+        with Path(path).open("rb") as handle:
+            data = handle.read(limit + 1)
+        truncated = len(data) > limit
+        head = data[:limit]
+        text = None
+        for trim in range(4 if truncated else 1):  # a cut may split a UTF-8 sequence
+            try:
+                text = head[: len(head) - trim].decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                continue
+        if text is None or "\x00" in text:
+            out[path] = {"omitted": "not UTF-8 text"}
+        elif "PRIVATE KEY-----" in text:
+            out[path] = {"omitted": "can hold a secret (a private key)"}
+        else:
+            out[path] = {"text": text, "truncated": truncated}
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -90,6 +148,7 @@ def main():
             "modules": {"type": "list", "elements": "str", "default": []},
             "services": {"type": "dict", "default": {}},
             "limits": {"type": "dict", "default": {}},
+            "content_max_bytes": {"type": "int", "default": 65536},
         },
         supports_check_mode=True,
     )
@@ -105,6 +164,7 @@ def main():
         "role": p["role"],
         "packages": packages,
         "files": digests(p["files"]),
+        "content": contents(p["files"], max(p["content_max_bytes"], 0)),
         "sysctls": p["sysctls"],
         "modules": p["modules"],
         "services": p["services"],
@@ -124,7 +184,9 @@ def main():
             write_atomically(path, text)
         except OSError as exc:
             module.fail_json(msg=f"writing {path} failed: {exc}")
-    module.exit_json(changed=changed, path=str(path), record=document)
+    # The record as returned leaves the contents out: the play's output stays a few lines.
+    summary = {k: v for k, v in document.items() if k != "content"}
+    module.exit_json(changed=changed, path=str(path), record=summary)
 
 
 def write_atomically(path, text):

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,76 +11,36 @@ import hostlist
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
-from gpuforge.cli.common import echo_json, json_option, state_option
-from gpuforge.errors import InputError, Interrupted
-from gpuforge.inventory.reader import InventoryDir
-from gpuforge.playbook import EventHandler
+from gpuforge.cli.common import (
+    echo_json,
+    interruptible,
+    inventory_option,
+    json_option,
+    state_option,
+)
+from gpuforge.cli.context import ClusterContext, spec_context, state_context
+from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS, DeployOutcome, DeployRequest, deploy_phase
-from gpuforge.rollout.lock import holder, play_record
+from gpuforge.rollout.lock import holder
 from gpuforge.rollout.state import NodeState, RunRecord, StateStore, open_store
-from gpuforge.rollout.steps import AnsibleSteps, controller_client
+from gpuforge.rollout.steps import ansible_steps
 from gpuforge.rollout.ui import deploy_progress
-from gpuforge.rollout.validation import validate_with_validators
 from gpuforge.slurm.control import expand_nodes
 from gpuforge.topology import load_cluster
-from gpuforge.topology.cluster import Cluster
 from gpuforge.upgrade.run import render_progress, upgrade_progress
-from gpuforge.validate import pipeline
 
 spec_argument = click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 
 
-def store_and_lock(state_dir: Path, cluster: Cluster) -> tuple[StateStore, Path]:
-    base = state_dir / cluster.name
-    return open_store(base / "rollout.db"), base / "rollout.lock"
-
-
-def ansible_steps(  # noqa: PLR0917 - the run's context, passed down unchanged
-    inventory: Path,
-    cluster: Cluster,
-    controller: str,
-    state_dir: Path,
-    run_dir: Path,
-    store: StateStore,
-    lock: Path,
-    *,
-    reservation: str,
-    source: str,
-    on_event: EventHandler | None = None,
-) -> AnsibleSteps:
-    """The rollout's real steps (deploy and upgrade): plays, validators, admission as ``source``."""
-    return AnsibleSteps(
-        inventory=inventory,
-        artifacts=run_dir / "ansible",
-        validate_fn=lambda hosts, lvl, peers: validate_with_validators(
-            inventory,
-            hosts,
-            lvl,
-            run_dir / "validation",
-            reservation=reservation,
-            known_good=peers,
-            peer_reference=store.latest_measured(peers, pipeline.PEER_CHECKS),
-        ),
-        admission=Admission(
-            controller_client(inventory, controller),
-            AdmissionRecord(record_path(state_dir, cluster.name)),
-            source=source,
-        ),
-        reservation=reservation,
-        on_event=on_event,
-        play_record=play_record(lock),
-    )
+def store_and_lock(ctx: ClusterContext) -> tuple[StateStore, Path]:
+    """The cluster's rollout record and lock."""
+    return open_store(ctx.state.rollout_db), ctx.state.lock
 
 
 @click.command("deploy")
 @click.option("--phase", "phase_number", type=int, required=True, help="Rollout phase (1-based).")
 @spec_argument
-@click.option(
-    "--inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Cluster directory with generated/ and site/ (default: inventory/<cluster>).",
-)
+@inventory_option
 @click.option("--level", type=click.Choice(LEVELS), default="full", show_default=True)
 @click.option("--only", help="Only these nodes of the phase (hostlist), e.g. after a repair.")
 @click.option("--redo", is_flag=True, help="Provision and validate admitted nodes again.")
@@ -109,7 +66,7 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
     if phase_number not in phases:
         raise InputError(f"{cluster.name} has phases {sorted(phases)}, not {phase_number}")
     phase = phases[phase_number]
-    inventory = InventoryDir.open(inventory or Path("inventory") / cluster.name).root
+    ctx = spec_context(cluster.name, inventory, state_dir)
     controllers = [n.hostname for n in cluster.by_role("controller")]
     if not controllers:
         raise InputError(f"{cluster.name} has no Slurm controller node group")
@@ -118,19 +75,15 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
         report_dir / cluster.name / f"phase_{phase_number:02d}-{time.strftime('%Y%m%dT%H%M%S')}"
     )
     console = Console()
-    store, lock = store_and_lock(state_dir, cluster)
+    store, lock = store_and_lock(ctx)
     with deploy_progress(console) as progress:
-        reservation = f"gpuforge_{cluster.name}_phase{phase_number:02d}"
         steps = ansible_steps(
-            inventory,
-            cluster,
-            controllers[0],
-            state_dir,
+            ctx.path,
+            ctx.admission(ctx.slurm(controllers[0]), "deploy"),
             run_dir,
             store,
             lock,
-            reservation=reservation,
-            source="deploy",
+            reservation=f"gpuforge_{cluster.name}_phase{phase_number:02d}",
             on_event=progress.event,
         )
         request = DeployRequest(
@@ -143,29 +96,13 @@ def deploy(  # noqa: PLR0917 - one parameter per CLI option
             redo=redo,
             force_reason=force_reason,
         )
-        with _interruptible():
+        with interruptible():
             outcome = deploy_phase(store, steps, request, lock_path=lock, on_stage=progress.stage)
     from gpuforge.rollout.report import write_phase_report  # noqa: PLC0415
 
     paths = write_phase_report(store, cluster, outcome, run_dir)
     _print_outcome(console, store, phase_number, outcome, paths)
     raise SystemExit(0 if outcome.passed else 1)
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """Ctrl-C and SIGTERM end the run as "interrupted" (recorded), never half-written."""
-
-    def on_term(_signum: int, _frame: object) -> None:
-        raise Interrupted("interrupted by SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted("interrupted by SIGINT (Ctrl-C)") from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_outcome(
@@ -207,7 +144,7 @@ def _print_outcome(
 def status(spec: Path, state_dir: Path, as_json: bool) -> None:
     """Show the rollout of SPEC: phases, states, gates, runs, quarantined and unreachable nodes."""
     cluster = load_cluster(spec)
-    store, lock = store_and_lock(state_dir, cluster)
+    store, lock = store_and_lock(state_context(cluster.name, state_dir))
     nodes = {n.hostname: n for n in store.nodes()}
     rows: list[dict[str, Any]] = []
     for phase in cluster.phases:

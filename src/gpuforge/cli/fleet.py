@@ -15,37 +15,41 @@ import click
 import hostlist
 
 from gpuforge.cli import fleet_risk
-from gpuforge.cli.common import echo_json, json_option, state_option
-from gpuforge.cli.health import cluster_dir, inventory_option, slurm_client, via_option
+from gpuforge.cli.common import (
+    cluster_argument,
+    echo_json,
+    inventory_option,
+    json_option,
+    state_option,
+    via_option,
+)
+from gpuforge.cli.context import ClusterContext, cluster_context, slurm_client
 from gpuforge.health import fleet_html
 from gpuforge.health.fleet import (
     DEFAULT_INTERVAL_S,
     NO_RECORD,
     STALE_AFTER,
-    Fleet,
     FleetStatus,
     NodeStatus,
     fleet_status,
 )
-from gpuforge.history.store import HistoryStore, history_path
+from gpuforge.history.store import HistoryStore
 from gpuforge.slurm import control
 
 
 def load_status(
-    root: Path,
-    state_dir: Path,
+    ctx: ClusterContext,
     *,
     via: str | None,
     read_slurm: bool = True,
     interval_s: float = DEFAULT_INTERVAL_S,
     tier: str | None = "passive",
 ) -> FleetStatus:
-    """The fleet status of the cluster directory ``root``: the store plus one scontrol call."""
-    fleet = Fleet.load(root)
-    nodes = control.node_states(slurm_client(via, root)) if read_slurm else None
-    with HistoryStore.open(history_path(state_dir, fleet.name), create=False) as store:
+    """The fleet status of the cluster ``ctx``: the store plus one scontrol call."""
+    nodes = control.node_states(slurm_client(via, ctx.path)) if read_slurm else None
+    with HistoryStore.open(ctx.state.history_db, create=False) as store:
         return fleet_status(
-            fleet,
+            ctx.fleet,
             store,
             nodes,
             now=time.time(),
@@ -116,7 +120,7 @@ def fleet() -> None:
 
 
 @fleet.command("status")
-@click.argument("cluster", required=False)
+@cluster_argument
 @inventory_option
 @via_option
 @state_option
@@ -160,16 +164,10 @@ def status_cmd(  # noqa: PLR0917 - one parameter per CLI option
     as_json: bool,
 ) -> None:
     """Nodes by verdict and action, drained by gpuforge or operators, stale nodes."""
-    root = cluster_dir(cluster, inventory)
-    status = load_status(
-        root,
-        state_dir,
-        via=via,
-        read_slurm=not no_slurm,
-        interval_s=interval,
-    )
+    ctx = cluster_context(cluster, inventory, state_dir)
+    status = load_status(ctx, via=via, read_slurm=not no_slurm, interval_s=interval)
     if html_path is not None:
-        fleet_html.write_page(html_path, status, Fleet.load(root), prometheus)
+        fleet_html.write_page(html_path, status, ctx.fleet, prometheus)
     if as_json:
         echo_json(status.to_dict())
         return

@@ -18,6 +18,7 @@ import click
 import hostlist
 
 from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
+from gpuforge.atomic import atomic_open
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
 from gpuforge.errors import InputError
@@ -98,10 +99,8 @@ def export_history(
         lines = write_history(history, sys.stdout)
     else:
         target = Path(out_path)
-        tmp = target.with_name(target.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
+        with atomic_open(target, mode=None) as handle:
             lines = write_history(history, handle)
-        tmp.replace(target)
     click.echo(
         f"exported {lines} lines: {len(history.series)} series, {len(history.events)} events",
         err=True,

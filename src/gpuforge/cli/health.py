@@ -17,15 +17,33 @@ from pathlib import Path
 
 import click
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
-from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.common import (
+    cluster_argument,
+    cluster_option,
+    echo_json,
+    inventory_option,
+    json_option,
+    state_option,
+    via_option,
+)
+from gpuforge.cli.context import cluster_context, cluster_root, state_paths
+from gpuforge.cli.context import slurm_client as context_slurm_client
 from gpuforge.errors import InputError
 from gpuforge.health.collector import DEFAULT_PORT, Collector, make_server, parse_listen
 from gpuforge.health.decide import DRAIN_ACTIONS, Decider, DecisionPolicy
-from gpuforge.health.fleet import TEXTFILE_DIR, Fleet
-from gpuforge.history.store import HistoryStore, Retention, history_path, iso
-from gpuforge.inventory.reader import host_vars
-from gpuforge.slurm.control import SlurmClient
+from gpuforge.health.fleet import TEXTFILE_DIR
+from gpuforge.history.store import HistoryStore, Retention, iso
+
+# What other command modules take from here (fleet risk: the shared options and helpers).
+__all__ = [
+    "cluster_dir",
+    "health",
+    "inventory_option",
+    "open_history",
+    "parse_since",
+    "slurm_client",
+    "via_option",
+]
 
 _SPAN = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,45 +63,21 @@ def parse_since(text: str, now: float) -> float:
     return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
-def cluster_dir(cluster: str | None, inventory: Path | None) -> Path:
-    """The cluster directory: ``--inventory DIR``, else ``inventory/CLUSTER``."""
-    if cluster and inventory:
-        raise InputError("give CLUSTER or --inventory, not both")
-    if inventory is not None:
-        return inventory
-    if cluster:
-        return Path("inventory") / cluster
-    raise InputError("give CLUSTER (inventory/CLUSTER) or --inventory DIR")
-
-
-def slurm_client(via: str | None, inventory: Path) -> SlurmClient:
-    """Slurm on this machine, or on ``via`` over SSH with the inventory's connection settings."""
-    if via is None:
-        return SlurmClient.local()
-    return SlurmClient.over_ssh(via, host_vars(inventory, via))
+#: The cluster directory the options name (:func:`gpuforge.cli.context.cluster_root`).
+cluster_dir = cluster_root
+#: Slurm here or over SSH (:func:`gpuforge.cli.context.slurm_client`).
+slurm_client = context_slurm_client
 
 
 def open_history(state_dir: Path, cluster: str | None) -> HistoryStore:
     """The history of ``cluster``, or of the only cluster under ``state_dir`` that has one."""
     if cluster:
-        return HistoryStore.open(history_path(state_dir, cluster), create=False)
+        return HistoryStore.open(state_paths(state_dir, cluster).history_db, create=False)
     found = sorted(state_dir.glob("*/history.db"))
     if len(found) != 1:
         names = ", ".join(p.parent.name for p in found) or "none"
         raise InputError(f"give --cluster: histories under {state_dir}: {names}")
     return HistoryStore.open(found[0], create=False)
-
-
-inventory_option = click.option(
-    "--inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Cluster directory (generated/ and site/); default inventory/CLUSTER.",
-)
-via_option = click.option(
-    "--via",
-    metavar="HOST",
-    help="Run scontrol on HOST (the Slurm controller) over SSH instead of locally.",
-)
 
 
 @click.group("health")
@@ -92,7 +86,7 @@ def health() -> None:
 
 
 @health.command("serve")
-@click.argument("cluster", required=False)
+@cluster_argument
 @inventory_option
 @click.option(
     "--listen",
@@ -165,8 +159,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
     )
-    root = cluster_dir(cluster, inventory)
-    fleet = Fleet.load(root)
+    ctx = cluster_context(cluster, inventory, state_dir)
+    fleet = ctx.fleet
     host, port = parse_listen(listen)
     policy = DecisionPolicy(
         max_fraction=max_fraction,
@@ -175,10 +169,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
         resume_actions=frozenset(resume_actions),
         shadow=shadow,
     )
-    store = HistoryStore.open(history_path(state_dir, fleet.name))
-    admission = Admission(
-        slurm_client(via, root), AdmissionRecord(record_path(state_dir, fleet.name))
-    )
+    store = HistoryStore.open(ctx.state.history_db)
+    admission = ctx.admission(slurm_client(via, ctx.path), "health")
     decider = Decider(admission, policy=policy, leaves=fleet.leaves, store=store)
     collector = Collector(
         fleet,
@@ -215,7 +207,7 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
 
 @health.command("history")
 @click.argument("node")
-@click.option("--cluster", help="Cluster name (default: the only one under --state-dir).")
+@cluster_option
 @state_option
 @click.option("--since", help="Only since: a span (7d, 12h) or an ISO time. Default: all kept.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)

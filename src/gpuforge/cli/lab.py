@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from gpuforge.cli.common import DEFAULT_SPEC, echo_json, json_option, state_option
+from gpuforge.cli.context import state_paths
 from gpuforge.errors import InputError, OperationError
 
 spec_argument = click.argument(
@@ -135,8 +136,9 @@ def down_cmd(lab_name: str | None, state_dir: Path) -> None:
     name = _lab_name(lab_name)
     gone = lab_cluster.down(name)
     click.echo(f"lab {name}: removed {len(gone)} objects")
-    record = state_dir / name
-    if (record / "rollout.db").is_file():
+    paths = state_paths(state_dir, name)
+    record = paths.root
+    if paths.rollout_db.is_file():
         shutil.rmtree(record)
         click.echo(f"lab {name}: removed its rollout record {record}")
 

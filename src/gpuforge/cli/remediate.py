@@ -8,7 +8,7 @@ evidence bundle and records a part leaving and returning (:mod:`gpuforge.health.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack, closing
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -17,32 +17,23 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
-from gpuforge.cli.common import echo_json, json_option, state_option
-from gpuforge.cli.health import cluster_dir
+from gpuforge.admission import Admission
+from gpuforge.cli.common import (
+    cluster_option,
+    echo_json,
+    inventory_option,
+    json_option,
+    state_option,
+)
+from gpuforge.cli.context import ClusterContext, cluster_context, cluster_root, state_paths
 from gpuforge.errors import InputError
 from gpuforge.health import remediate as rem
 from gpuforge.health import rma
-from gpuforge.history import HistoryStore, history_path
-from gpuforge.inventory.reader import InventoryDir
-from gpuforge.playbook import run_playbook
-from gpuforge.rollout.lock import cluster_lock, play_record
+from gpuforge.history import HistoryStore
 from gpuforge.slurm import control
+from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import pipeline
-from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, Tier
 
-#: Seconds the remediation play may run per node batch (a reboot waits up to 30 minutes).
-PLAY_TIMEOUT_S = 3600
-
-inventory_option = click.option(
-    "--inventory",
-    "inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Cluster directory: generated/ and site/ (a lab's: .lab/<lab>/inventory); "
-    "default inventory/CLUSTER.",
-)
-cluster_option = click.option("--cluster", help="Cluster name: its directory is inventory/CLUSTER.")
 report_option = click.option(
     "--report-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -53,22 +44,22 @@ report_option = click.option(
 )
 
 
-def _cluster(wiring: pipeline.Wiring) -> str:
-    return str(wiring.view.topology.get("name") or "cluster")
+def _context(
+    cluster: str | None, inventory: Path | None, state_dir: Path, *, need_slurm: bool = False
+) -> tuple[ClusterContext, pipeline.Wiring]:
+    """The cluster the options name, and the validation pipeline's wiring of it."""
+    wiring = pipeline.wire(cluster_root(cluster, inventory), need_slurm=need_slurm)
+    return cluster_context(cluster, inventory, state_dir, view=wiring.view), wiring
 
 
-def _history(state_dir: Path, cluster: str) -> HistoryStore:
-    return HistoryStore.open(history_path(state_dir, cluster))
+def _slurm(wiring: pipeline.Wiring) -> SlurmClient:
+    if wiring.slurm is None:  # need_slurm=True always wires one
+        raise InputError(f"{wiring.view.path}: no Slurm controller to reach")
+    return wiring.slurm
 
 
-def _bundle_inputs(
-    wiring: pipeline.Wiring, history: HistoryStore, report_dir: Path, cluster: str
-) -> rma.BundleInputs:
-    return rma.BundleInputs(
-        runner=wiring.deps.runner,
-        history=history,
-        report_dirs=(report_dir / cluster, Path("build") / "validate"),
-    )
+def _history(ctx: ClusterContext) -> HistoryStore:
+    return HistoryStore.open(ctx.state.history_db)
 
 
 @click.command("remediate")
@@ -121,92 +112,36 @@ def remediate(
     if bool(nodes) == pending:
         raise InputError("give NODES (a hostlist) or --pending, not both and not neither")
     named = control.expand_nodes(nodes) if nodes else None
-    inventory = cluster_dir(cluster, inventory)
-    wiring = pipeline.wire(inventory, need_slurm=True)
-    if wiring.slurm is None:  # need_slurm=True always wires one
-        raise InputError(f"{inventory}: no Slurm controller to reach")
-    name = _cluster(wiring)
+    ctx, wiring = _context(cluster, inventory, state_dir, need_slurm=True)
+    slurm = _slurm(wiring)
     policy = rem.Policy(failures=failures, window_s=window_days * 86400)
-    run_dir = report_dir / name / f"remediate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
-    lock = state_dir / name / "rollout.lock"
+    cluster_reports = report_dir / ctx.name
+    run_dir = cluster_reports / f"remediate-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
     with ExitStack() as stack:
         # A dry run writes nothing, not even an empty record: it reads the history if there is one.
-        scratch = Path(stack.enter_context(TemporaryDirectory())) if dry_run else state_dir
-        history_file = history_path(state_dir, name)
-        if dry_run and not history_file.is_file():
-            history_file = history_path(scratch, name)
-        history = stack.enter_context(closing(HistoryStore.open(history_file)))
-        admission = Admission(
-            wiring.slurm, AdmissionRecord(record_path(scratch, name)), source=rem.SOURCE
+        scratch = (
+            state_paths(Path(stack.enter_context(TemporaryDirectory())), ctx.name)
+            if dry_run
+            else ctx.state
         )
+        history_file = ctx.state.history_db
+        if dry_run and not history_file.is_file():
+            history_file = scratch.history_db
+        history = stack.enter_context(closing(HistoryStore.open(history_file)))
         remediator = rem.Remediator(
-            admission=admission,
+            admission=ctx.admission(slurm, rem.SOURCE, state=scratch),
             history=history,
-            act=_act(inventory, run_dir, play_record(lock)),
-            validate=_validate(wiring, run_dir, gpu_burn_seconds, int(dcgm_level)),
-            bundle=_bundle(_bundle_inputs(wiring, history, report_dir, name), report_dir / name),
-            population=wiring.view.gpu_nodes,
+            act=rem.ansible_act(ctx.path, run_dir, ctx.state.play_record),
+            validate=rem.pipeline_validate(wiring, run_dir, gpu_burn_seconds, int(dcgm_level)),
+            bundle=rem.rma_bundle(
+                rem.bundle_inputs(wiring, history, cluster_reports), cluster_reports
+            ),
+            population=ctx.view.gpu_nodes,
             policy=policy,
         )
-        candidates, skipped = rem.candidates_now(admission, named)
-        if dry_run:
-            outcomes = remediator.plan(candidates)
-        else:
-            with cluster_lock(lock, "remediate"):
-                outcomes = remediator.run(candidates)
-    _report([*outcomes, *skipped], dry_run=dry_run, as_json=as_json)
-    results = {o.result for o in outcomes}
-    if results & {"failed", "escalated"}:
-        raise SystemExit(1)
-    raise SystemExit(2 if "held" in results else 0)
-
-
-def _act(inventory: Path, run_dir: Path, record: Path) -> rem.ActFn:
-    def act(nodes: Sequence[str], action: str) -> Mapping[str, str]:
-        result = run_playbook(
-            "remediate.yml",
-            InventoryDir.open(inventory).sources,
-            limit=",".join(nodes),
-            extravars={"remediate_action": action},
-            artifact_dir=run_dir / "ansible" / action,
-            timeout_s=PLAY_TIMEOUT_S,
-            play_record=record,
-        )
-        errors = dict(result.failed)
-        errors.update({h: f"unreachable: {m}" for h, m in result.unreachable.items()})
-        for node in nodes:
-            if node not in result.hosts and node not in errors:
-                errors[node] = f"the play never reached it ({result.status}, rc {result.rc})"
-        return errors
-
-    return act
-
-
-def _validate(
-    wiring: pipeline.Wiring, run_dir: Path, gpu_burn_seconds: int, dcgm_level: int
-) -> rem.ValidateFn:
-    def validate(nodes: Sequence[str], partners: Sequence[str]) -> BatchSummary:
-        opts = pipeline.Options(
-            level=Tier.BURNIN,
-            gpu_burn_seconds=gpu_burn_seconds,
-            dcgm_level=dcgm_level,
-            work_dir=run_dir / "validation",
-        )
-        summary = pipeline.run_validation(
-            wiring.view, list(nodes), opts, wiring.deps, known_good=partners
-        )
-        write_reports(summary, run_dir / "validation", extra={"remediation": True})
-        return summary
-
-    return validate
-
-
-def _bundle(inputs: rma.BundleInputs, cluster_reports: Path) -> rem.BundleFn:
-    def bundle(node: str, check: str, why: str) -> Path:
-        inputs.errors.clear()
-        return rma.build_bundle(node, cluster_reports / "rma", inputs, check=check, why=why).archive
-
-    return bundle
+        outcomes = rem.remediate(remediator, named, dry_run=dry_run, lock_path=ctx.state.lock)
+    _report(outcomes, dry_run=dry_run, as_json=as_json)
+    raise SystemExit(rem.exit_code(outcomes))
 
 
 def _report(outcomes: Sequence[rem.Outcome], *, dry_run: bool, as_json: bool) -> None:
@@ -267,12 +202,11 @@ def bundle_cmd(
     as_json: bool,
 ) -> None:
     """Write NODE's evidence bundle: one tar.gz and its JSON manifest beside it."""
-    wiring = pipeline.wire(cluster_dir(cluster, inventory))
-    wiring.view.node(node)  # InputError for a node the inventory does not have
-    name = _cluster(wiring)
-    with closing(_history(state_dir, name)) as history:
-        inputs = _bundle_inputs(wiring, history, report_dir, name)
-        written = rma.build_bundle(node, out or report_dir / name / "rma", inputs, check=check)
+    ctx, wiring = _context(cluster, inventory, state_dir)
+    ctx.view.node(node)  # InputError for a node the inventory does not have
+    with closing(_history(ctx)) as history:
+        inputs = rem.bundle_inputs(wiring, history, report_dir / ctx.name)
+        written = rma.build_bundle(node, out or report_dir / ctx.name / "rma", inputs, check=check)
     if as_json:
         echo_json(
             {
@@ -289,14 +223,9 @@ def bundle_cmd(
 
 def _admission(
     cluster: str | None, inventory: Path | None, state_dir: Path
-) -> tuple[Admission, str]:
-    root = cluster_dir(cluster, inventory)
-    wiring = pipeline.wire(root, need_slurm=True)
-    if wiring.slurm is None:
-        raise InputError(f"{root}: no Slurm controller to reach")
-    name = _cluster(wiring)
-    record = AdmissionRecord(record_path(state_dir, name))
-    return Admission(wiring.slurm, record, source=rem.SOURCE), name
+) -> tuple[ClusterContext, Admission]:
+    ctx, wiring = _context(cluster, inventory, state_dir, need_slurm=True)
+    return ctx, ctx.admission(_slurm(wiring), rem.SOURCE)
 
 
 @rma_group.command("out")
@@ -309,8 +238,8 @@ def out_cmd(
     *, node: str, ticket: str, cluster: str | None, inventory: Path | None, state_dir: Path
 ) -> None:
     """Record that NODE's part left for repair under TICKET (the node stays drained)."""
-    admission, name = _admission(cluster, inventory, state_dir)
-    with closing(_history(state_dir, name)) as history:
+    ctx, admission = _admission(cluster, inventory, state_dir)
+    with closing(_history(ctx)) as history:
         reason = rma.mark_out(admission, history, node, ticket)
     click.echo(f"{node}: part out under ticket {ticket}; stays drained ({reason})")
 
@@ -325,8 +254,8 @@ def back_cmd(
     *, node: str, cluster: str | None, inventory: Path | None, state_dir: Path, as_json: bool
 ) -> None:
     """Record that NODE's part is back: drained for validation, like a node that joins."""
-    admission, name = _admission(cluster, inventory, state_dir)
-    with closing(_history(state_dir, name)) as history:
+    ctx, admission = _admission(cluster, inventory, state_dir)
+    with closing(_history(ctx)) as history:
         action = rma.mark_back(admission, history, node)
     if as_json:
         echo_json(action.to_dict())

@@ -1,7 +1,10 @@
 """``gpuforge slurm``: node states (state, drain, resume) and maintenance windows (window).
 
-``drain`` and ``resume`` are an operator's hands on Slurm and do what they are told; gpuforge's
-own automatic actions go through :mod:`gpuforge.admission` (docs/slurm.md).
+``drain`` and ``resume`` are an operator's hands on Slurm: they do what they are told (the
+circuit breaker caps gpuforge's automatic drains, not an operator's), through
+:class:`~gpuforge.admission.Admission` as source ``operator``, so each one is in the cluster's
+admission record beside gpuforge's own actions. An operator's drain in its own words is never
+lifted by gpuforge (docs/slurm.md, "An operator's hands").
 """
 
 from __future__ import annotations
@@ -11,20 +14,39 @@ from pathlib import Path
 
 import click
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
-from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.admission import OPERATOR, Admission, AdmissionRecord
+from gpuforge.cli.common import (
+    cluster_option,
+    echo_json,
+    inventory_option,
+    json_option,
+    state_option,
+    via_option,
+)
+from gpuforge.cli.context import cluster_context, slurm_client, state_context
 from gpuforge.errors import InputError
-from gpuforge.inventory.reader import host_vars
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmClient
 
 
 def _client(via: str | None, inventory: Path | None) -> SlurmClient:
-    if via is None:
-        return SlurmClient.local()
-    if inventory is None:
-        return SlurmClient.over_ssh(via)
-    return SlurmClient.over_ssh(via, host_vars(inventory, via))
+    return slurm_client(via, inventory)
+
+
+def _operator(
+    cluster: str | None, inventory: Path | None, state_dir: Path, via: str | None, timeout: float
+) -> Admission:
+    """The admission of the cluster the operator names: their action goes into its record."""
+    if cluster is None and inventory is None:
+        raise InputError(
+            "give --cluster NAME or --inventory DIR: the action is recorded in that cluster's "
+            "admission record"
+        )
+    if inventory is not None and cluster is None:
+        ctx = cluster_context(None, inventory, state_dir)
+    else:
+        ctx = state_context(cluster, state_dir, inventory)
+    return ctx.admission(_client(via, inventory), OPERATOR, timeout=timeout)
 
 
 def _echo_changes(changes: list[NodeAction], as_json: bool) -> None:
@@ -39,18 +61,6 @@ def _echo_changes(changes: list[NodeAction], as_json: bool) -> None:
         )
 
 
-via_option = click.option(
-    "--via",
-    metavar="HOST",
-    help="Run scontrol on HOST (a controller or login node) over SSH instead of locally.",
-)
-inventory_option = click.option(
-    "-i",
-    "--inventory",
-    type=click.Path(path_type=Path),
-    help="Cluster directory (generated/ and site/) whose connection settings (ansible_host, "
-    "ansible_user, key) reach --via.",
-)
 timeout_option = click.option(
     "--timeout",
     type=click.FloatRange(min=1),
@@ -91,22 +101,32 @@ def state_cmd(
 @slurm_group.command("drain")
 @click.argument("nodes")
 @click.option("--reason", required=True, help="Why the nodes are drained (recorded in Slurm).")
+@cluster_option
 @via_option
 @inventory_option
+@state_option
 @timeout_option
 @json_option
 def drain_cmd(
     *,
     nodes: str,
     reason: str,
+    cluster: str | None,
     via: str | None,
     inventory: Path | None,
+    state_dir: Path,
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Drain NODES so they take no new jobs; idempotent for the same reason."""
-    changes = control.drain(_client(via, inventory), nodes, reason, timeout=timeout)
-    _echo_changes(changes, as_json)
+    """Drain NODES so they take no new jobs; idempotent for the same reason; recorded.
+
+    The drain is done as told (the circuit breaker limits gpuforge's automatic drains only) and
+    written to the cluster's admission record as source operator. A reason in your own words is
+    never lifted by gpuforge; one in gpuforge's format (gpuforge:gpu.xid:reboot) hands the node
+    to gpuforge (remediate, admission).
+    """
+    admission = _operator(cluster, inventory, state_dir, via, timeout)
+    _echo_changes(admission.operator_drain(nodes, reason), as_json)
 
 
 @slurm_group.command("resume")
@@ -125,8 +145,10 @@ def drain_cmd(
     help="Seconds to wait for the resumed nodes to leave transient states (IDLE+NOT_RESPONDING "
     "until slurmd answers) before printing the state they are in; 0 prints it at once.",
 )
+@cluster_option
 @via_option
 @inventory_option
+@state_option
 @timeout_option
 @json_option
 def resume_cmd(
@@ -134,18 +156,21 @@ def resume_cmd(
     nodes: str,
     reason: str,
     settle: float,
+    cluster: str | None,
     via: str | None,
     inventory: Path | None,
+    state_dir: Path,
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Return drained or down NODES to service; nodes already in service stay as they are.
+    """Return drained or down NODES to service, whoever drained them; recorded.
 
-    The state printed after the arrow is the one Slurm settles in, not the transient state right
-    after the resume.
+    Nodes already in service stay as they are. The state printed after the arrow is the one
+    Slurm settles in, not the transient state right after the resume.
     """
-    client = _client(via, inventory)
-    changes = control.resume(client, nodes, reason, timeout=timeout)
+    admission = _operator(cluster, inventory, state_dir, via, timeout)
+    client = admission.slurm
+    changes = admission.operator_resume(nodes, reason)
     changed = [c.node for c in changes if c.changed]
     if changed and settle > 0:
         states, settled = control.settle(client, changed, within=settle, timeout=timeout)
@@ -164,29 +189,22 @@ def window_group() -> None:
     """Maintenance windows gpuforge opened (a killed run may leave one open)."""
 
 
-cluster_option = click.option(
-    "--cluster", required=True, help="Cluster name (the topology spec's name)."
-)
-
-
 def _admission(
-    cluster: str, state_dir: Path, via: str | None, inventory: Path | None, timeout: float
+    cluster: str | None, state_dir: Path, via: str | None, inventory: Path | None, timeout: float
 ) -> Admission:
-    path = record_path(state_dir, cluster)
-    if not path.is_file():
-        raise InputError(f"no admission record for cluster {cluster} at {path}")
-    return Admission(
-        _client(via, inventory), AdmissionRecord(path), source="operator", timeout=timeout
-    )
+    ctx = state_context(cluster, state_dir, inventory)
+    if not ctx.state.admission_db.is_file():
+        raise InputError(f"no admission record for cluster {cluster} at {ctx.state.admission_db}")
+    return ctx.admission(_client(via, inventory), OPERATOR, timeout=timeout)
 
 
 @window_group.command("list")
 @cluster_option
 @state_option
 @json_option
-def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
+def window_list(*, cluster: str | None, state_dir: Path, as_json: bool) -> None:
     """List the windows recorded open, with the state each node had before."""
-    path = record_path(state_dir, cluster)
+    path = state_context(cluster, state_dir).state.admission_db
     windows = AdmissionRecord(path).windows() if path.is_file() else []
     if as_json:
         echo_json(
@@ -221,7 +239,7 @@ def window_list(*, cluster: str, state_dir: Path, as_json: bool) -> None:
 def window_close(
     *,
     name: str,
-    cluster: str,
+    cluster: str | None,
     state_dir: Path,
     via: str | None,
     inventory: Path | None,

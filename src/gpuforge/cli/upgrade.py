@@ -11,10 +11,11 @@ from pathlib import Path
 
 import click
 
-from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.common import echo_json, inventory_option, json_option, state_option
+from gpuforge.cli.context import state_paths
 from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
-from gpuforge.history.store import HistoryStore, history_path
+from gpuforge.history.store import HistoryStore
 from gpuforge.inventory.reader import ClusterView
 from gpuforge.ssh import SshTarget
 from gpuforge.topology import load_cluster
@@ -69,7 +70,7 @@ def build_plan(
     for warning in compat_warnings(cluster.spec):
         click.echo(f"warning: {spec}: versions: {warning}", err=True)
     if installed is None:
-        path = history_path(state_dir, cluster.name)
+        path = state_paths(state_dir, cluster.name).history_db
         if not path.exists():
             raise InputError(
                 f"{path}: no history store for cluster {cluster.name}: the plan needs the "
@@ -103,11 +104,7 @@ def query_inventory(inventory: Path, timeout: float) -> dict[str, Installed]:
 @upgrade.command("plan")
 @spec_argument
 @state_option
-@click.option(
-    "--inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Ask the nodes of this cluster directory over SSH instead of reading the history store.",
-)
+@inventory_option
 @click.option(
     "--query-timeout",
     type=click.FloatRange(1.0, 600.0),
@@ -126,7 +123,11 @@ def plan_command(  # noqa: PLR0917 - click passes one parameter per option
     max_fraction: float | None,
     as_json: bool,
 ) -> None:
-    """Print the waves that move SPEC's GPU nodes to its pinned versions."""
+    """Print the waves that move SPEC's GPU nodes to its pinned versions.
+
+    The versions each node has come from the cluster's history store, or, with --inventory, from
+    the nodes of that cluster directory asked over SSH.
+    """
     installed = query_inventory(inventory, query_timeout) if inventory is not None else None
     result = build_plan(
         spec,

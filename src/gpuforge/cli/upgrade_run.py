@@ -7,51 +7,38 @@ group by :mod:`gpuforge.cli`.
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
-import yaml
 
 from gpuforge.cli import deploy as deploy_cli
-from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.common import (
+    echo_json,
+    interruptible,
+    inventory_option,
+    json_option,
+    state_option,
+)
+from gpuforge.cli.context import spec_context
 from gpuforge.cli.upgrade import build_plan, limits_options, query_inventory, spec_argument
-from gpuforge.errors import InputError, Interrupted
-from gpuforge.inventory.reader import InventoryDir
-from gpuforge.inventory.render import all_vars
+from gpuforge.errors import InputError
 from gpuforge.rollout.deploy import LEVELS
+from gpuforge.rollout.steps import ansible_steps
 from gpuforge.topology import load_cluster
-from gpuforge.topology.cluster import Cluster
-from gpuforge.upgrade.run import POLICIES, UpgradeOutcome, UpgradeRequest, run_upgrade
+from gpuforge.upgrade.run import (
+    POLICIES,
+    UpgradeOutcome,
+    UpgradeRequest,
+    require_generated_pins,
+    run_upgrade,
+)
 from gpuforge.upgrade.steps import AnsibleUpgradeSteps
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """SIGTERM and Ctrl-C end the run as "interrupted" (recorded); a re-run resumes it."""
-
-    def on_term(_signum: int, _frame: object) -> None:
-        raise Interrupted("interrupted by SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted("interrupted by SIGINT (Ctrl-C)") from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @click.command("run")
 @spec_argument
-@click.option(
-    "--inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Cluster directory with generated/ and site/ (default: inventory/<cluster>).",
-)
+@inventory_option
 @state_option
 @click.option(
     "--level",
@@ -109,28 +96,24 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
 ) -> None:
     """Upgrade (or roll back) SPEC's GPU nodes to its pins: drain, apply, reboot, validate."""
     cluster = load_cluster(spec)  # incompatible pins: refused here, before anything runs
-    inventory = InventoryDir.open(inventory or Path("inventory") / cluster.name).root
+    ctx = spec_context(cluster.name, inventory, state_dir)
     controllers = [n.hostname for n in cluster.by_role("controller")]
     if not controllers:
         raise InputError(f"{spec}: {cluster.name} has no Slurm controller node group")
-    _require_generated_pins(cluster, inventory, spec)
-    installed = query_inventory(inventory, query_timeout)
+    require_generated_pins(cluster, ctx.path, spec)
+    installed = query_inventory(ctx.path, query_timeout)
     plan = build_plan(
         spec, state_dir, max_per_leaf=max_per_leaf, max_fraction=max_fraction, installed=installed
     )
     run_dir = report_dir / cluster.name / f"upgrade-{time.strftime('%Y%m%dT%H%M%S')}"
-    store, lock = deploy_cli.store_and_lock(state_dir, cluster)
-    reservation = f"gpuforge_{cluster.name}_upgrade"
-    deploy_steps = deploy_cli.ansible_steps(
-        inventory,
-        cluster,
-        controllers[0],
-        state_dir,
+    store, lock = deploy_cli.store_and_lock(ctx)
+    deploy_steps = ansible_steps(
+        ctx.path,
+        ctx.admission(ctx.slurm(controllers[0]), "upgrade"),
         run_dir,
         store,
         lock,
-        reservation=reservation,
-        source="upgrade",
+        reservation=f"gpuforge_{cluster.name}_upgrade",
     )
     request = UpgradeRequest(
         plan=plan,
@@ -149,47 +132,12 @@ def run_command(  # noqa: PLR0917 - click passes one parameter per option
         f"{len(plan.steps)} node(s) to change in {len(plan.waves)} wave(s), "
         f"{len(plan.up_to_date)} up to date"
     )
-    with _interruptible():
+    with interruptible():
         outcome = run_upgrade(
             store, AnsibleUpgradeSteps(deploy_steps), request, lock_path=lock, on_event=say
         )
     _report(outcome, as_json)
     raise SystemExit(0 if outcome.passed else 1)
-
-
-#: The roles' version variables, as ``gpuforge inventory generate`` writes them from the spec.
-VERSION_VARS = (
-    "nvidia_driver_version",
-    "cuda_toolkit_version",
-    "nccl_version",
-    "dcgm_version",
-    "slurm_version",
-    "doca_ofed_version",
-)
-
-
-def _require_generated_pins(cluster: Cluster, inventory: Path, spec: Path) -> None:
-    """Refuse (exit 2) when the inventory's generated layer pins other versions than SPEC.
-
-    The roles install what the inventory says, and the validators expect it: a run against an
-    inventory generated from the old spec would "upgrade" every node to the versions it has.
-    """
-    path = inventory / "generated" / "group_vars" / "all.yml"
-    try:
-        have = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read the generated inventory: {exc}") from None
-    want = all_vars(cluster)
-    diff = [
-        f"{key} {have.get(key)} (spec: {want.get(key)})"
-        for key in VERSION_VARS
-        if str(have.get(key)) != str(want.get(key))
-    ]
-    if diff:
-        raise InputError(
-            f"{path}: generated from other pins than {spec}: {', '.join(diff)}; run "
-            f"`gpuforge inventory generate {spec} --output {inventory}` first"
-        )
 
 
 def _report(outcome: UpgradeOutcome, as_json: bool) -> None:

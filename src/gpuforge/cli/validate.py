@@ -10,9 +10,10 @@ import hostlist
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.admission import Admission, AdmissionRecord, record_path
-from gpuforge.cli.common import state_option
-from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.cli.common import cluster_option, inventory_option, state_option
+from gpuforge.cli.context import cluster_context, cluster_root
+from gpuforge.errors import InputError
+from gpuforge.rollout.validation import validate_and_admit
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.pipeline import wire
@@ -52,13 +53,8 @@ def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
 
 
 @click.command("validate")
-@click.option(
-    "--inventory",
-    "inventory",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Cluster directory: generated/ and site/ (gpuforge inventory generate).",
-)
+@inventory_option
+@cluster_option
 @click.option("--limit", help="GPU nodes to validate, as a hostlist (gpu[001-016]).")
 @click.option("--phase", type=int, help="Validate the GPU nodes of this rollout phase.")
 @click.option(
@@ -98,7 +94,8 @@ def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
 @state_option
 def validate(
     *,
-    inventory: Path,
+    inventory: Path | None,
+    cluster: str | None,
     limit: str | None,
     phase: int | None,
     level: str,
@@ -117,8 +114,9 @@ def validate(
     if limit and phase is not None:
         raise InputError("give --limit or --phase, not both")
     multinode = Tier(level) is Tier.FULL
-    wiring = wire(inventory, need_slurm=drain or multinode)
-    hosts = wiring.view.select(limit=limit, phase=phase)
+    wiring = wire(cluster_root(cluster, inventory), need_slurm=drain or multinode)
+    ctx = cluster_context(cluster, inventory, state_dir, view=wiring.view)
+    hosts = ctx.view.select(limit=limit, phase=phase)
     opts = pipeline.Options(
         level=Tier(level),
         gpu_burn_seconds=gpu_burn_seconds,
@@ -126,29 +124,8 @@ def validate(
         reservation=reservation if multinode else None,
         work_dir=report_dir,
     )
-    adm: Admission | None = None
-    if wiring.slurm is not None:
-        cluster = str(wiring.view.topology.get("name") or "cluster")
-        adm = Admission(
-            wiring.slurm, AdmissionRecord(record_path(state_dir, cluster)), source="validate"
-        )
-    window = reservation if multinode and adm is not None and hosts else None
-    actions: list[NodeAction] = []
-    if adm is not None and window:
-        adm.open_window(window, hosts)
-    try:
-        summary = pipeline.run_validation(wiring.view, hosts, opts, wiring.deps)
-        if drain and adm is not None:
-            try:
-                actions = adm.admit(summary.nodes, window=window)
-            except GpuforgeError as exc:
-                actions = [
-                    NodeAction(n.node, "none", False, detail=f"slurm unavailable: {exc}")
-                    for n in summary.nodes
-                ]
-    finally:
-        if adm is not None and window:
-            adm.close_window(window)
+    adm = ctx.admission(wiring.slurm, "validate") if wiring.slurm is not None else None
+    summary, actions = validate_and_admit(ctx.view, hosts, opts, wiring.deps, adm, drain=drain)
     paths = write_reports(summary, report_dir, actions=[a.to_dict() for a in actions])
     console = Console(stderr=False, soft_wrap=True)
     console.print(_table(summary, actions))

@@ -62,8 +62,23 @@ def select(nodes: Sequence[str], states: Mapping[str, SlurmNode]) -> Selection:
         elif state.state in IDLE_STATES and not set(state.flags) & {"NOT_RESPONDING", "MAINT"}:
             idle.append(name)
         else:
-            skipped[name] = f"busy ({state.state_text})"
+            skipped[name] = f"{not_idle_why(state)} ({state.state_text})"
     return Selection(tuple(idle), skipped, tuple(recheck))
+
+
+def not_idle_why(state: SlurmNode) -> str:
+    """Why an undrained node that is not idle was not checked, in an operator's words."""
+    words = {state.state, *state.flags}
+    if state.busy:
+        return "busy"
+    never_registered = state.fields.get("SlurmdStartTime") == "None"
+    if words & {"FUTURE", "CLOUD"} or (never_registered and not state.busy):
+        return "not deployed yet"  # declared in slurm.conf, its slurmd never registered
+    if words & {"DOWN", "NOT_RESPONDING", "FAIL", "FAILING"}:
+        return "down"
+    if "MAINT" in words or "RESERVED" in words:
+        return "in a maintenance reservation"
+    return "not idle"
 
 
 def sbatch_argv(

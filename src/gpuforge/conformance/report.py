@@ -7,17 +7,22 @@ line per healthy SU, never a row per healthy node (the JSON and JUnit files have
 
 from __future__ import annotations
 
-import html
 import json
 import time
-import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hostlist
+
+from gpuforge.atomic import write_atomic
 from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
+from gpuforge.node import filediff
+from gpuforge.node.drift import CHECK as DRIFT_CHECK
+from gpuforge.reporting import render_page
+from gpuforge.reporting.junit import Case, Suite, to_junit
 
 #: Failures within this many days that make a node a repeat offender (two or more).
 REPEAT_DAYS = 7.0
@@ -27,6 +32,10 @@ FLAP_CHECKS = ("fabric.flaps",)
 #: Rows of one HTML table before the rest is summarized.
 HTML_ROWS = 300
 _BAD = ("fail", "error")
+#: The run's meta key of the drifted files' diffs (:func:`file_diffs_meta`).
+FILE_DIFFS_KEY = "file_diffs"
+#: Distinct file diffs a run keeps (the most widespread first), and the HTML shows.
+FILE_DIFFS_MAX = 50
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class Changes:
     drift_new: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
     drift_fixed: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
     heat: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    #: Drifted files' diffs against what their role rendered: ``{"diff", "nodes", "count"}``.
+    file_diffs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -139,6 +150,7 @@ def compare(
     offenders = history.failures_since(run.started - REPEAT_DAYS * 86400)
     out.repeat_offenders = {n: c for n, c in sorted(offenders.items()) if c >= REPEAT_MIN}
     out.heat = heat_map(now, placement)
+    out.file_diffs = list((run.meta or {}).get(FILE_DIFFS_KEY) or [])
     return out
 
 
@@ -155,58 +167,70 @@ def heat_map(
     return {k: dict(sorted(v.items())) for k, v in heat.items()}
 
 
+def file_diffs_meta(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The drifted files' diffs the nodes' records carry (``conformance.drift`` evidence,
+    :mod:`gpuforge.node.filediff`), each distinct diff once with the nodes that gave it, as the
+    run meta to merge: ``{}`` when no record has one."""
+    by_diff: dict[str, list[str]] = {}
+    for node, rec in sorted(raw.items()):
+        try:
+            data = json.loads(rec) if isinstance(rec, str | bytes) else rec
+            checks = data.get("checks") or [] if isinstance(data, Mapping) else []
+        except ValueError:
+            continue  # judged corrupt elsewhere
+        for check in checks:
+            if not isinstance(check, Mapping) or check.get("check") != DRIFT_CHECK:
+                continue
+            for block in str(check.get("evidence") or "").split("\n\n"):
+                if block.startswith((filediff.DIFF_HEADER, "(no diff")):
+                    by_diff.setdefault(block, []).append(str(node))
+    groups = sorted(by_diff.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:FILE_DIFFS_MAX]
+    if not groups:
+        return {}
+    rows = [{"diff": d, "nodes": hostlist.collect_hostlist(n), "count": len(n)} for d, n in groups]
+    return {FILE_DIFFS_KEY: rows}
+
+
+def diff_groups(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The HTML's diffs: lines classed for colour, at most :data:`FILE_DIFFS_MAX`."""
+    out = []
+    for row in rows[:FILE_DIFFS_MAX]:
+        lines = []
+        for line in str(row.get("diff", "")).splitlines():
+            cls = ""
+            if line.startswith(("+++", "---")):
+                cls = "file"
+            elif line.startswith("@@"):
+                cls = "hunk"
+            elif line.startswith("+"):
+                cls = "add"
+            elif line.startswith("-"):
+                cls = "del"
+            lines.append({"cls": cls, "text": line})
+        count = int(row.get("count", 0))
+        out.append({"nodes": row.get("nodes", ""), "count": count, "lines": lines})
+    return out, max(len(rows) - FILE_DIFFS_MAX, 0)
+
+
 # -- files -------------------------------------------------------------------------------------
 
 
 def junit(changes: Changes) -> str:
     """One test case per node: failures and errors with their checks and drift, not checked as
     skipped."""
-    results = changes.results
-    suite = ET.Element(
-        "testsuite",
-        name=f"gpuforge conformance run {changes.run.id} ({changes.run.level})",
-        tests=str(len(results)),
-        failures=str(sum(r.outcome == "fail" for r in results.values())),
-        errors=str(sum(r.outcome == "error" for r in results.values())),
-        skipped=str(sum(r.outcome == "not_checked" for r in results.values())),
-    )
-    for node, r in sorted(results.items()):
-        case = ET.SubElement(suite, "testcase", classname="conformance", name=node)
+    outcome = {"fail": "failure", "error": "error", "not_checked": "skipped"}
+    default = {"fail": "failed", "error": "error", "not_checked": "not checked"}
+    cases = []
+    for node, r in sorted(changes.results.items()):
         body = "\n".join(
             [f"{c} {s} {a}".strip() for c, s, a in r.failed]
             + [f"drift {k} {i}: desired {w!r}, actual {a!r}" for k, i, w, a in r.drift]
         )
-        if r.outcome == "fail":
-            ET.SubElement(case, "failure", message=r.why or "failed").text = body
-        elif r.outcome == "error":
-            ET.SubElement(case, "error", message=r.why or "error").text = body
-        elif r.outcome == "not_checked":
-            ET.SubElement(case, "skipped", message=r.why or "not checked")
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
-
-
-_CSS = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}
-.fail{background:#f8c4c4}.error{background:#e5c8f0}.warn{background:#fbe7b0}
-.pass{background:#cdeccd}.not_checked{background:#ddd}.cell{display:inline-block;width:5.5em;
-margin:1px;padding:2px;font-size:11px;border:1px solid #999}h2{margin-top:1.2em}"""
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text))
-
-
-def _rows(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows[:HTML_ROWS]
-    )
-    more = (
-        f"<p>... and {len(rows) - HTML_ROWS} more (see the JSON report)</p>"
-        if len(rows) > HTML_ROWS
-        else ""
-    )
-    return f"<table><tr>{head}</tr>{body}</table>{more}"
+        kind = outcome.get(r.outcome, "pass")
+        text = body if kind in ("failure", "error") else ""
+        cases.append(Case("conformance", node, kind, r.why or default.get(r.outcome, ""), "", text))
+    name = f"gpuforge conformance run {changes.run.id} ({changes.run.level})"
+    return to_junit("gpuforge-conformance", [Suite(name, cases)])
 
 
 def _worst(cell: Mapping[str, int]) -> str:
@@ -216,82 +240,140 @@ def _worst(cell: Mapping[str, int]) -> str:
     return "not_checked"
 
 
+def _section(
+    id_: str, title: str, header: Sequence[str], rows: Sequence[Sequence[object]], empty: str
+) -> dict[str, Any]:
+    return {"id": id_, "title": title, "header": header, "rows": rows, "empty": empty, "cls": ""}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def healthy_racks_text(racks: Mapping[str, Mapping[str, int]], shown: int = 40) -> str:
+    """One sentence on the racks whose every node passed or warned (the rest are cells)."""
+    healthy = [g for g, c in racks.items() if set(c) <= {"pass", "warn"}]
+    if not racks:
+        return "No rack to show: no node was placed in a rack."
+    if not healthy:
+        return f"No rack is all healthy (of {_plural(len(racks), 'rack')})."
+    names = ", ".join(healthy[:shown])
+    more = f" ... ({len(healthy) - shown} more)" if len(healthy) > shown else ""
+    if len(healthy) == len(racks):
+        lead = "The rack is all healthy" if len(racks) == 1 else f"All {len(racks)} racks healthy"
+    else:
+        lead = f"{len(healthy)} of {_plural(len(racks), 'rack')} all healthy"
+    return f"{lead}: {names}{more}"
+
+
 def render_html(changes: Changes) -> str:
-    """The report page: changes, failures, repeat offenders, drift, heat map by rack."""
+    """The report page: changes, failures (with each changed file's diff), repeat offenders,
+    drift, heat map by rack. An empty section says so in a sentence."""
     r = changes.results
-    counts = changes.counts()
-    parts = [
-        f"<!doctype html><meta charset=utf-8><title>conformance run {changes.run.id}</title>",
-        f"<style>{_CSS}</style>",
-        f"<h1>Conformance run {changes.run.id} "
-        f"({_e(changes.run.level)}, {_e(changes.run.state)})</h1>",
-        "<p>"
-        + ", ".join(f"{_e(k)} {v}" for k, v in sorted(counts.items()))
-        + (f"; previous run {changes.previous.id}" if changes.previous else "; first run")
-        + "</p>",
-        "<h2>What changed</h2>",
-        _rows(
+    first = changes.previous is None
+    failing = changes.new_failures + changes.still_failing
+    sections = [
+        _section(
+            "changes",
+            "What changed",
             ["change", "node", "checks", "drift"],
             [("new failure", n, r[n].why, len(r[n].drift)) for n in changes.new_failures]
             + [("cleared", n, "", len(changes.drift_fixed.get(n, []))) for n in changes.cleared]
             + [("error", n, r[n].why, "") for n in changes.errors],
+            "First run: nothing to compare with."
+            if first
+            else "Nothing changed since the previous run: no new failure, error or clearance.",
         ),
-        "<h2>Drift fixed since the previous run</h2>",
-        _rows(
+        _section(
+            "drift-fixed",
+            "Drift fixed since the previous run",
             ["node", "kind", "item"],
             [(n, k, i) for n, v in sorted(changes.drift_fixed.items()) for k, i, _, _ in v],
+            "First run: nothing to compare with."
+            if first
+            else "No drift was fixed since the previous run.",
         ),
-        "<h2>Failures</h2>",
-        _rows(
-            ["node", "checks", "kind", "item", "desired", "actual"],
-            [
-                (n, r[n].why, *(d if d else ("", "", "", "")))
-                for n in changes.new_failures + changes.still_failing
-                for d in (r[n].drift or ((),))
-            ],
+        {
+            **_section(
+                "failures",
+                "Failures",
+                ["node", "checks", "kind", "item", "desired", "actual"],
+                [
+                    (n, r[n].why, *(d if d else ("", "", "", "")))
+                    for n in failing
+                    for d in (r[n].drift or ((),))
+                ],
+                "No node failed.",
+            ),
+            "cls": "failures",
+        },
+        _section(
+            "repeat-offenders",
+            f"Repeat offenders ({REPEAT_MIN} or more failures in {REPEAT_DAYS:g} days)",
+            ["node", "failed runs"],
+            sorted(changes.repeat_offenders.items()),
+            f"No node failed {REPEAT_MIN} or more times in {REPEAT_DAYS:g} days.",
         ),
-        "<h2>Repeat offenders (2 or more failures in 7 days)</h2>",
-        _rows(["node", "failed runs"], sorted(changes.repeat_offenders.items())),
-        "<h2>Flapping links</h2>",
-        _rows(["node"], [(n,) for n in changes.flapping]),
-        "<h2>Drift by kind</h2>",
-        _rows(["kind", "items"], sorted(changes.drift_by_kind.items())),
-        "<h2>Heat map by rack</h2>",
-        _heat_html(changes.heat),
-        "<h2>Not checked</h2>",
-        _rows(["node", "why"], [(n, r[n].why) for n in changes.not_checked]),
+        _section(
+            "flapping",
+            "Flapping links",
+            ["node"],
+            [(n,) for n in changes.flapping],
+            "No node reported a flapping link.",
+        ),
+        _section(
+            "drift-kind",
+            "Drift by kind",
+            ["kind", "items"],
+            sorted(changes.drift_by_kind.items()),
+            "No item drifted.",
+        ),
+        _section("heat", "Heat map by rack", [], [], ""),
+        _section(
+            "not-checked",
+            "Not checked",
+            ["node", "why"],
+            [(n, r[n].why) for n in changes.not_checked],
+            "Every node was checked.",
+        ),
     ]
-    return "\n".join(parts) + "\n"
-
-
-def _heat_html(heat: Mapping[str, Mapping[str, Mapping[str, int]]]) -> str:
+    heat = changes.heat
     racks = heat.get("rack", {})
-    healthy = [g for g, c in racks.items() if set(c) <= {"pass", "warn"}]
-    cells = "".join(
-        f'<span class="cell {_worst(c)}" title="{_e(json.dumps(dict(c)))}">{_e(g)}<br>'
-        + " ".join(f"{k[0]}{v}" for k, v in sorted(c.items()))
-        + "</span>"
+    cells = [
+        {
+            "group": g,
+            "worst": _worst(c),
+            "title": json.dumps(dict(c)),
+            "text": " ".join(f"{k[0]}{v}" for k, v in sorted(c.items())),
+        }
         for g, c in racks.items()
-        if g not in healthy
+        if not set(c) <= {"pass", "warn"}
+    ]
+    diffs, diffs_more = diff_groups(changes.file_diffs)
+    return render_page(
+        "conformance.html.j2",
+        run=changes.run,
+        previous=changes.previous,
+        counts=sorted(changes.counts().items()),
+        sections=sections,
+        limit=HTML_ROWS,
+        cells=cells,
+        healthy_text=healthy_racks_text(racks),
+        heat_su={
+            "header": ["SU", *_OUTCOMES],
+            "rows": [(g, *(c.get(o, 0) for o in _OUTCOMES)) for g, c in heat.get("su", {}).items()],
+        },
+        heat_leaf={
+            "header": ["leaf", *_OUTCOMES],
+            "rows": [
+                (g, *(c.get(o, 0) for o in _OUTCOMES))
+                for g, c in heat.get("leaf", {}).items()
+                if not set(c) <= {"pass", "warn"}
+            ],
+        },
+        diffs=diffs,
+        diffs_more=diffs_more,
     )
-    summary = (
-        f"<p>{len(healthy)} rack(s) all healthy: {_e(', '.join(healthy[:40]))}"
-        + (f" ... ({len(healthy) - 40} more)" if len(healthy) > 40 else "")
-        + "</p>"
-    )
-    leaf = _rows(
-        ["leaf", *_OUTCOMES],
-        [
-            (g, *(c.get(o, 0) for o in _OUTCOMES))
-            for g, c in heat.get("leaf", {}).items()
-            if not set(c) <= {"pass", "warn"}
-        ],
-    )
-    su = _rows(
-        ["SU", *_OUTCOMES],
-        [(g, *(c.get(o, 0) for o in _OUTCOMES)) for g, c in heat.get("su", {}).items()],
-    )
-    return f"<div>{cells}</div>{summary}<h3>By SU</h3>{su}<h3>Leaves with failures</h3>{leaf}"
 
 
 _OUTCOMES = ("pass", "warn", "fail", "error", "not_checked")
@@ -335,8 +417,5 @@ def write(changes: Changes, out_dir: Path, *, textfile: Path | None = None) -> d
     if textfile is not None:
         files["metrics"] = (textfile, metrics(changes))
     for path, text in files.values():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text, mode=None)
     return {k: p for k, (p, _) in files.items()}

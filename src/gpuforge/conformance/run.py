@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuforge.admission import Admission
+from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.conformance import judge, plan
-from gpuforge.conformance.report import Changes, Placement, compare
+from gpuforge.conformance.report import Changes, Placement, compare, file_diffs_meta
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
 from gpuforge.rollout.lock import cluster_lock
@@ -152,6 +152,7 @@ def _one(
     elif deps.ssh is not None:
         current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
         raw = deps.ssh(nodes, opts.level)
+        history.update_meta(current.id, file_diffs_meta(raw))
         results = _judge_all(fleet, nodes, raw, "no answer over SSH")
         history.add(current.id, results.values())
     else:
@@ -186,8 +187,10 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
         else [],
     )
     batches: list[tuple[list[str], str | None]] = [(list(selection.idle), None)]
-    if adm is not None and recheck:
-        adm.open_window(deps.window, recheck)
+    window = (
+        ValidationWindow(adm, deps.window, recheck).open() if adm is not None and recheck else None
+    )
+    if window is not None:
         history.update_meta(current.id, {"window": deps.window, "recheck": recheck})
         batches.append((recheck, deps.window))
     jobs: list[str] = []
@@ -218,13 +221,13 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
             only=[*selection.idle, *recheck],
             states=states,
         )
-        if adm is not None and recheck:
+        if window is not None:
             verdicts = [v for n in recheck if (v := judge.verdict(results[n])) is not None]
-            done = adm.admit(verdicts, window=deps.window)
+            done = window.admit(verdicts)
             notes.append("re-checked in window: " + ", ".join(f"{a.node} {a.action}" for a in done))
     finally:
-        if adm is not None and recheck:
-            adm.close_window(deps.window)
+        if window is not None:
+            window.close()
     return results
 
 
@@ -279,6 +282,7 @@ def _collect_into(
         else [n for n in fleet.nodes if n not in history.results(current.id)]
     )
     raw = deps.collect(jobs) if deps.collect is not None and jobs else {}
+    history.update_meta(current.id, file_diffs_meta(raw))
     results = _judge_all(fleet, nodes, raw, missing, states)
     history.add(current.id, results.values())
     return results

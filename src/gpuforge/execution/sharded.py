@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuforge.atomic import write_atomic
 from gpuforge.errors import InputError, Interrupted, OperationError
 from gpuforge.execution import artifacts, shards
 from gpuforge.execution.executors import ExecutionHost, local_hosts, preflight
@@ -392,6 +393,4 @@ def _write_record(result: ShardedResult) -> None:
         "attempts": [asdict(a) for a in result.attempts],
     }
     path = result.artifact_dir / "shards.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True), mode=None)

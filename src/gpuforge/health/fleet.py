@@ -16,9 +16,7 @@ metrics docs/health.md lists (``gpuforge_fleet_*``, ``gpuforge_health_breaker_op
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.admission import AdmissionRecord, is_ours
+from gpuforge.atomic import write_atomic
 from gpuforge.errors import InputError
 from gpuforge.history.store import VERDICTS, HistoryStore, LatestRow, iso
 from gpuforge.inventory.reader import InventoryDir
@@ -285,17 +284,7 @@ def controller_metrics(status: FleetStatus | None, breaker: BreakerState | None)
 
 def write_textfile(directory: Path, text: str, name: str = TEXTFILE_NAME) -> Path:
     """Write ``text`` as ``directory/name`` atomically (node_exporter never reads half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        Path(tmp).chmod(0o644)
-        Path(tmp).replace(directory / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return directory / name
+    return write_atomic(directory / name, text, mode=0o644)
 
 
 def action_counts(status: FleetStatus) -> Counter[str]:

@@ -31,14 +31,29 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuforge.admission import Admission, parse_reason
+from gpuforge.admission import Admission, ValidationWindow, parse_reason
 from gpuforge.errors import GpuforgeError
 from gpuforge.history import HistoryStore
+from gpuforge.inventory.reader import InventoryDir
+from gpuforge.playbook import run_playbook
+from gpuforge.rollout.lock import cluster_lock
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmNode
-from gpuforge.validate.result import BatchSummary, CheckResult, NodeVerdict, Status, Verdict
+from gpuforge.validate import pipeline
+from gpuforge.validate.report import write_reports
+from gpuforge.validate.result import (
+    BatchSummary,
+    CheckResult,
+    NodeVerdict,
+    Status,
+    Tier,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from gpuforge.health import rma  # rma imports this module's event kinds
 
 #: Drain actions this module carries out itself.
 REMEDIABLE = ("reset_gpu", "reboot")
@@ -49,6 +64,8 @@ EVENT_REMEDIATION = "remediation"
 EVENT_RMA = "rma"
 #: The ``source`` of the events and admission actions this module writes.
 SOURCE = "remediate"
+#: Seconds the remediation play may run per node batch (a reboot waits up to 30 minutes).
+PLAY_TIMEOUT_S = 3600
 
 
 @dataclass(frozen=True)
@@ -244,18 +261,15 @@ class Remediator:
         nodes = [c.node for c in acted]
         others = [n for n in self.population if n not in set(nodes)]
         partners = self.admission.idle_in_service(others, self.policy.partners)
-        window = self.policy.reservation
-        self.admission.open_window(window, [*nodes, *partners])
-        try:
+        with ValidationWindow(
+            self.admission, self.policy.reservation, [*nodes, *partners]
+        ) as window:
             summary = self.validate(nodes, partners)
             verdicts = {v.node: v for v in summary.nodes if v.node in set(nodes)}
             # A failed node is not admitted here: closing the window gives it back its reason.
-            admitted = self.admission.admit(
-                [v for v in verdicts.values() if v.verdict is not Verdict.QUARANTINE],
-                window=window,
+            admitted = window.admit(
+                [v for v in verdicts.values() if v.verdict is not Verdict.QUARANTINE]
             )
-        finally:
-            self.admission.close_window(window)
         slurm = {a.node: a for a in admitted}
         out: list[Outcome] = []
         for c in acted:
@@ -366,3 +380,99 @@ def candidates_now(
     """Read Slurm and :func:`select`: ``nodes`` when named, else every node (``--pending``)."""
     states = control.node_states(admission.slurm, nodes, timeout=admission.timeout)
     return select(states, named=nodes is not None)
+
+
+def remediate(
+    remediator: Remediator, nodes: Sequence[str] | None, *, dry_run: bool, lock_path: Path
+) -> list[Outcome]:
+    """``gpuforge remediate``: the outcomes of ``nodes`` (None: every pending node), then the
+    skipped ones. A dry run plans and changes nothing; a real one holds the cluster's lock."""
+    candidates, skipped = candidates_now(remediator.admission, nodes)
+    if dry_run:
+        return [*remediator.plan(candidates), *skipped]
+    with cluster_lock(lock_path, "remediate"):
+        return [*remediator.run(candidates), *skipped]
+
+
+def exit_code(outcomes: Iterable[Outcome]) -> int:
+    """0 nothing failed; 1 a node failed or went to RMA; 2 a re-validation was inconclusive."""
+    results = {o.result for o in outcomes}
+    if results & {"failed", "escalated"}:
+        return 1
+    return 2 if "held" in results else 0
+
+
+# -- the real steps: Ansible, the validation pipeline, the evidence bundle ------------------------
+
+
+def ansible_act(inventory: Path, run_dir: Path, record: Path) -> ActFn:
+    """The action through ``playbooks/remediate.yml`` on the cluster directory ``inventory``.
+
+    ``record``: where the running play's process group is recorded (beside the cluster lock).
+    A node the play failed on, could not reach, or never reached has its error.
+    """
+
+    def act(nodes: Sequence[str], action: str) -> Mapping[str, str]:
+        result = run_playbook(
+            "remediate.yml",
+            InventoryDir.open(inventory).sources,
+            limit=",".join(nodes),
+            extravars={"remediate_action": action},
+            artifact_dir=run_dir / "ansible" / action,
+            timeout_s=PLAY_TIMEOUT_S,
+            play_record=record,
+        )
+        errors = dict(result.failed)
+        errors.update({h: f"unreachable: {m}" for h, m in result.unreachable.items()})
+        for node in nodes:
+            if node not in result.hosts and node not in errors:
+                errors[node] = f"the play never reached it ({result.status}, rc {result.rc})"
+        return errors
+
+    return act
+
+
+def pipeline_validate(
+    wiring: pipeline.Wiring, run_dir: Path, gpu_burn_seconds: int, dcgm_level: int
+) -> ValidateFn:
+    """Re-validation at level burnin through the validation pipeline; reports in ``run_dir``."""
+
+    def validate(nodes: Sequence[str], partners: Sequence[str]) -> BatchSummary:
+        opts = pipeline.Options(
+            level=Tier.BURNIN,
+            gpu_burn_seconds=gpu_burn_seconds,
+            dcgm_level=dcgm_level,
+            work_dir=run_dir / "validation",
+        )
+        summary = pipeline.run_validation(
+            wiring.view, list(nodes), opts, wiring.deps, known_good=partners
+        )
+        write_reports(summary, run_dir / "validation", extra={"remediation": True})
+        return summary
+
+    return validate
+
+
+def bundle_inputs(
+    wiring: pipeline.Wiring, history: HistoryStore, cluster_reports: Path
+) -> rma.BundleInputs:
+    """What an evidence bundle reads: the nodes, the history, past validation reports."""
+    from gpuforge.health import rma  # noqa: PLC0415 - rma imports this module's event kinds
+
+    return rma.BundleInputs(
+        runner=wiring.deps.runner,
+        history=history,
+        report_dirs=(cluster_reports, Path("build") / "validate"),
+    )
+
+
+def rma_bundle(inputs: rma.BundleInputs, cluster_reports: Path) -> BundleFn:
+    """The evidence bundle under ``<cluster reports>/rma``."""
+
+    from gpuforge.health import rma  # noqa: PLC0415 - rma imports this module's event kinds
+
+    def bundle(node: str, check: str, why: str) -> Path:
+        inputs.errors.clear()
+        return rma.build_bundle(node, cluster_reports / "rma", inputs, check=check, why=why).archive
+
+    return bundle

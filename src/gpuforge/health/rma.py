@@ -14,9 +14,10 @@
   ``events.json`` (drains, remediations, RMA steps), ``burnin.json`` and ``nccl.json`` (the last
   burn-in and NCCL results), each with its SHA-256 in the manifest.
 
-Nothing else goes in: no inventory, no host variables, no environment. Every text is passed
-through :func:`scrub` as well, which cuts private-key blocks and ``password=``-style values, so a
-secret that reached a tool's output or a report does not leave with the part.
+Nothing else goes in: no inventory, no host variables, no environment. Every file is passed
+through :func:`gpuforge.redact.scrub_file` as well (private keys, secret-named values, HTTP and URL
+credentials, password arguments; JSON scrubbed as JSON, so it stays valid), so a secret that
+reached a tool's output, a record or a report does not leave with the part.
 
 :func:`mark_out` and :func:`mark_back` record the part leaving (with the ticket) and returning in
 the history store; a returned node is drained ``gpuforge:join:validate``
@@ -40,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.admission import JOIN_REASON, Admission, parse_reason
+from gpuforge.atomic import atomic_open, write_atomic
 from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health.remediate import EVENT_REMEDIATION, EVENT_RMA, SOURCE
 from gpuforge.history import Event, HistoryStore
 from gpuforge.history.store import iso
+from gpuforge.redact import scrub_file, scrub_text
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.parsers import ibstat, nvidia_smi_xml
@@ -67,22 +70,6 @@ _COMMANDS = {
         "baseboard-serial-number; do printf '%s: ' $k; dmidecode -s $k; done"
     ),
 }
-_PEM = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
-    r".*?(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\Z)",
-    re.DOTALL,
-)
-_SECRET_VALUE = re.compile(
-    r"(?i)\b([A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|"
-    r"private[_-]?key|munge[_-]?key)[A-Za-z0-9_.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
-)
-REDACTED = "[redacted by gpuforge]"
-
-
-def scrub(text: str) -> str:
-    """``text`` without private-key blocks and without the values of secret-looking keys."""
-    text = _PEM.sub(REDACTED, text)
-    return _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
 
 
 @dataclass(frozen=True)
@@ -140,13 +127,13 @@ def build_bundle(
     files["events.json"] = _json([e.to_dict() for e in events])
     files["burnin.json"] = _json(_latest_results(node, "burnin.", reports, events))
     files["nccl.json"] = _json(_latest_results(node, "nccl.", reports, events))
-    clean = {name: scrub(text) for name, text in files.items()}
+    clean = {name: scrub_file(name, text) for name, text in files.items()}
     manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "node": node,
         "created": dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="seconds"),
         "check": check,
-        "why": scrub(why),
+        "why": scrub_text(why),
         "hardware": hardware(
             node, files["nvidia-smi-q-x.xml"], files["ibstat.txt"], files["dmidecode.txt"]
         ),
@@ -159,7 +146,7 @@ def build_bundle(
             }
             for name, text in sorted(clean.items())
         ],
-        "errors": [scrub(e) for e in inputs.errors],
+        "errors": [scrub_text(e) for e in inputs.errors],
     }
     manifest_text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,9 +154,7 @@ def build_bundle(
     archive = out_dir / f"{base}.tar.gz"
     manifest_path = out_dir / f"{base}.json"
     _write_tar(archive, base, {"manifest.json": manifest_text, **clean}, now)
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(manifest_text, encoding="utf-8")
-    tmp.replace(manifest_path)
+    write_atomic(manifest_path, manifest_text, mode=None)
     return Bundle(archive, manifest_path, manifest)
 
 
@@ -190,8 +175,10 @@ def _json(data: Any) -> str:
 
 
 def _write_tar(path: Path, base: str, files: Mapping[str, str], now: float) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with (
+        atomic_open(path, binary=True, mode=None) as raw,
+        tarfile.open(fileobj=raw, mode="w:gz") as tar,
+    ):
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{base}/{name}")
@@ -199,7 +186,6 @@ def _write_tar(path: Path, base: str, files: Mapping[str, str], now: float) -> N
             info.mtime = int(now)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
-    tmp.replace(path)
 
 
 def hardware(node: str, smi_xml: str, ibstat_text: str, dmi_text: str) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """Conformance history: one row per node per nightly run, in the cluster's history database.
 
-The tables live in the same SQLite file as the health history (:class:`HistoryStore`) and are
-created through its transaction. Sized for 12,500 nodes x 365 nights (4.6 million rows): a row
+The tables live in the same SQLite file as the health history (:class:`HistoryStore`); they are
+made by that file's migration list, from this module's steps (:mod:`conformance_tables
+<gpuforge.history.conformance_tables>`), when a writer opens it. A reader (``conformance report``)
+opens the file read-only and adds nothing to it: an older file without these tables reads as
+having no runs. Sized for 12,500 nodes x 365 nights (4.6 million rows): a row
 holds the node's outcome and, only when it did not pass, its failed checks and drift as compact
 JSON, so a year of a healthy fleet is about 200 MB; the primary key ``(node, run_id)`` answers a
 node's history from the index alone (measured in ``make bench``).
@@ -17,40 +20,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.errors import InputError
 from gpuforge.history.store import HistoryStore
 
 #: A node's outcome in one run: the record's verdict, or why it has none.
 OUTCOMES = ("pass", "warn", "fail", "error", "not_checked")
 #: A run in progress, finished with every planned node accounted for, or cut short.
 RUN_STATES = ("running", "complete", "partial")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conformance_runs (
-    id INTEGER PRIMARY KEY,
-    started REAL NOT NULL,
-    finished REAL,
-    level TEXT NOT NULL,
-    state TEXT NOT NULL,          -- running | complete | partial
-    nodes INTEGER NOT NULL,       -- nodes of the cluster at the start
-    counts TEXT NOT NULL DEFAULT '{}',  -- JSON {outcome: nodes}, kept after pruning
-    meta TEXT NOT NULL DEFAULT '{}'     -- JSON: job id, transport, sbatch calls, notes
-);
-CREATE TABLE IF NOT EXISTS conformance_results (
-    node TEXT NOT NULL,
-    run_id INTEGER NOT NULL REFERENCES conformance_runs (id),
-    outcome TEXT NOT NULL,
-    why TEXT NOT NULL DEFAULT '',       -- not_checked / error: the reason, fail: the checks
-    failed TEXT NOT NULL DEFAULT '[]',  -- JSON [[check, status, action], ...] not passing
-    drift TEXT NOT NULL DEFAULT '[]',   -- JSON [[kind, item, desired, actual], ...]
-    PRIMARY KEY (node, run_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS conformance_results_run ON conformance_results (run_id, outcome);
-"""
 
 
 @dataclass(frozen=True)
@@ -139,16 +119,17 @@ class ConformanceHistory:
 
     def __init__(self, store: HistoryStore) -> None:
         self.store = store
-        try:
-            with store.transaction() as db:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-        except sqlite3.DatabaseError as exc:
-            raise InputError(
-                f"{store.path}: the conformance tables are unreadable "
-                f"({' '.join(str(exc).split())}); the file was not changed"
-            ) from None
+        #: False only on a read-only open of a history written before these tables existed.
+        self.present = store.has_table("conformance_runs")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection | None]:
+        """A read transaction, or None when the tables are absent (nothing recorded yet)."""
+        if not self.present:
+            yield None
+            return
+        with self.store.read() as db:
+            yield db
 
     # -- runs
 
@@ -215,7 +196,9 @@ class ConformanceHistory:
 
     def run(self, run_id: int) -> Run | None:
         """Run ``run_id``."""
-        with self.store.transaction() as db:
+        with self._read() as db:
+            if db is None:
+                return None
             row = db.execute(
                 f"SELECT {_RUN_COLS} FROM conformance_runs WHERE id = ?",  # noqa: S608
                 (run_id,),
@@ -224,7 +207,9 @@ class ConformanceHistory:
 
     def runs(self, limit: int = 30) -> list[Run]:
         """The newest ``limit`` runs, newest first."""
-        with self.store.transaction() as db:
+        with self._read() as db:
+            if db is None:
+                return []
             rows = db.execute(
                 f"SELECT {_RUN_COLS} FROM conformance_runs ORDER BY id DESC LIMIT ?",  # noqa: S608
                 (limit,),
@@ -237,7 +222,9 @@ class ConformanceHistory:
 
     def results(self, run_id: int) -> dict[str, NodeResult]:
         """Every node result of a run."""
-        with self.store.transaction() as db:
+        with self._read() as db:
+            if db is None:
+                return {}
             rows = db.execute(
                 f"SELECT {_RESULT_COLS} FROM conformance_results WHERE run_id = ?",  # noqa: S608
                 (run_id,),
@@ -246,7 +233,9 @@ class ConformanceHistory:
 
     def node_history(self, node: str, limit: int = 365) -> list[tuple[Run, NodeResult]]:
         """``node``'s results, newest first, with their runs."""
-        with self.store.transaction() as db:
+        with self._read() as db:
+            if db is None:
+                return []
             rows = db.execute(
                 f"SELECT {', '.join('r.' + c.strip() for c in _RUN_COLS.split(','))},"  # noqa: S608
                 " c.node, c.outcome, c.why, c.failed, c.drift"
@@ -258,7 +247,9 @@ class ConformanceHistory:
 
     def failures_since(self, since: float) -> dict[str, int]:
         """Failed runs per node since ``since`` (repeat offenders: two or more in 7 days)."""
-        with self.store.transaction() as db:
+        with self._read() as db:
+            if db is None:
+                return {}
             rows = db.execute(
                 "SELECT c.node, COUNT(*) FROM conformance_results c"
                 " JOIN conformance_runs r ON r.id = c.run_id"

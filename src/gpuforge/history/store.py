@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -37,11 +36,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuforge import database
+from gpuforge.database import Database, Foreign, Schema, Step
 from gpuforge.errors import InputError
+from gpuforge.history import conformance_tables
+from gpuforge.state_paths import StatePaths
 
-#: Version of this module's tables; a file written by a newer gpuforge is refused.
-SCHEMA_VERSION = 1
-#: What the ``meta`` table's ``app`` key holds in a history database.
+#: What the ``meta`` table's ``app`` key holds in a history database (how a file written before
+#: application ids is recognised).
 APP = "gpuforge.history"
 #: Event kinds in the store. Nodes report ``xid`` (and other kernel-log events); the controller
 #: writes the decisions (``drain``, ``resume``, ``refused``, ``hold``), ``failure`` when a node's
@@ -52,7 +54,7 @@ SNAPSHOT_INTERVAL_S = 3600.0
 #: Verdicts a record may carry.
 VERDICTS = ("pass", "warn", "fail", "error")
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS latest (
     node TEXT NOT NULL,
@@ -108,12 +110,50 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_node ON events (node, at);
 CREATE INDEX IF NOT EXISTS events_kind ON events (kind, at);
+-- How gpuforge before the database module recognised the file (kept for it).
+INSERT OR IGNORE INTO meta VALUES ('app', 'gpuforge.history'), ('schema_version', '1');
 """
+
+OWNER = "gpuforge.history.store"
+
+#: Each step of the history database, in order (the file's one migration list), with its owner:
+#: this module's tables, then conformance's (:mod:`gpuforge.history.conformance_tables`).
+STEPS: tuple[Step, ...] = (Step(OWNER, _V1), *conformance_tables.STEPS)
+
+
+def _legacy(conn: sqlite3.Connection) -> int:
+    """The version of a history written before application ids: the one its ``meta`` says."""
+    names = database.tables(conn)
+    if not names:
+        return 0
+    if "meta" not in names:
+        raise Foreign("no gpuforge meta table: another program's file")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("app") != APP:
+        raise Foreign(f"its meta table says app={meta.get('app')!r}")
+    try:
+        return int(meta.get("schema_version", ""))
+    except ValueError:
+        raise Foreign("no schema_version in its meta table") from None
+
+
+#: The history database (``history.db``): application id ``GFHI``.
+SCHEMA = Schema(
+    kind="history database",
+    application_id=0x47464849,
+    steps=STEPS,
+    legacy=_legacy,
+    recovery="it was not changed: move it aside (keep it for the record) and the collector "
+    "starts a new one",
+    unreadable_as="not a readable gpuforge history database",
+)
+#: Version of the history database's tables; a file written by a newer gpuforge is refused.
+SCHEMA_VERSION = SCHEMA.version
 
 
 def history_path(state_dir: Path, cluster: str) -> Path:
     """Where the history of ``cluster`` lives, beside its admission record."""
-    return state_dir / cluster / "history.db"
+    return StatePaths(state_dir, cluster).history_db
 
 
 def parse_time(value: Any, where: str) -> float:
@@ -353,46 +393,29 @@ class HistoryStore:
     own (SQLite's WAL lets readers run while the collector writes).
     """
 
-    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
-        self.path = path
-        self._db = db
+    def __init__(self, db: Database) -> None:
+        self.database = db
+        self.path = db.path
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = True) -> HistoryStore:
+    def open(cls, path: Path, *, create: bool = True, readonly: bool = False) -> HistoryStore:
         """Open (or, with ``create``, make) the history database at ``path``.
 
         Raises InputError naming the file when it is not a gpuforge history database (corrupt,
         truncated, another program's file, a newer schema); such a file is never written to.
+        ``readonly`` (reports, status): the file must exist and is never changed, not even
+        migrated; a table an older file lacks reads as empty (:meth:`has_table`).
         """
         path = Path(path)
-        if not path.exists():
-            if not create:
-                raise InputError(f"{path}: no history database (has the collector run?)")
-            _create(path)
-        elif path.is_dir() or path.stat().st_size == 0:
-            raise InputError(_unreadable(path, "empty file" if path.is_file() else "a directory"))
-        try:
-            db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise InputError(_unreadable(path, str(exc))) from None
-        try:
-            _check(path, db)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash loses no committed batch
-            db.executescript(_SCHEMA)  # newer tables of this version in an older file
-        except sqlite3.DatabaseError as exc:
-            db.close()
-            raise InputError(_unreadable(path, " ".join(str(exc).split()))) from None
-        except InputError:
-            db.close()
-            raise
-        return cls(path, db)
+        if not path.exists() and (readonly or not create):
+            raise InputError(f"{path}: no history database (has the collector run?)")
+        return cls(database.open_database(path, SCHEMA, readonly=readonly, check_same_thread=False))
 
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
-            self._db.close()
+            self.database.close()
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -400,26 +423,24 @@ class HistoryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (``BEGIN IMMEDIATE``); for modules adding their own tables."""
+    def has_table(self, name: str) -> bool:
+        """Whether the file holds table ``name`` (a read-only open of an older file may not)."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            return self.database.has_table(name)
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield self._db
-            finally:
-                self._db.execute("COMMIT")
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``), for this module and the tables' owners."""
+        with self._lock, self.database.transaction() as db:
+            yield db
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction (works on a read-only open, unlike :meth:`transaction`)."""
+        with self._lock, self.database.read() as db:
+            yield db
+
+    _read = read
 
     # -- writing
 
@@ -745,51 +766,3 @@ def _event(r: Sequence[Any]) -> Event:
         detail=r[8],
         data=json.loads(r[9]) if r[9] else {},
     )
-
-
-def _unreadable(path: Path, why: str) -> str:
-    return (
-        f"{path}: not a readable gpuforge history database ({why}); it was not changed: move it "
-        "aside (keep it for the record) and the collector starts a new one"
-    )
-
-
-def _check(path: Path, db: sqlite3.Connection) -> None:
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "meta" not in tables:
-        raise InputError(_unreadable(path, "no gpuforge meta table: another program's file"))
-    meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-    if meta.get("app") != APP:
-        raise InputError(_unreadable(path, f"its meta table says app={meta.get('app')!r}"))
-    try:
-        version = int(meta.get("schema_version", ""))
-    except ValueError:
-        raise InputError(_unreadable(path, "no schema_version in its meta table")) from None
-    if version > SCHEMA_VERSION:
-        raise InputError(
-            f"{path}: history schema version {version} is newer than this gpuforge's "
-            f"({SCHEMA_VERSION}): upgrade gpuforge; the file was not changed"
-        )
-
-
-def _create(path: Path) -> None:
-    """Make a new database beside ``path`` and link it into place (never over another file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
-    tmp.unlink(missing_ok=True)
-    db = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(_SCHEMA)
-        db.executemany(
-            "INSERT INTO meta VALUES (?, ?)",
-            [("app", APP), ("schema_version", str(SCHEMA_VERSION))],
-        )
-    finally:
-        db.close()
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another process made it first: theirs is used (and checked) like any other
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -15,11 +15,9 @@ removes every podman object labelled ``gpuforge.lab=<lab>`` and that directory.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuforge.atomic import write_atomic
 from gpuforge.errors import InputError, OperationError
 from gpuforge.inventory.reader import InventoryDir
 from gpuforge.lab import faults as lab_faults
@@ -498,11 +497,7 @@ def _write_if_changed(path: Path, content: str, result: UpResult) -> None:
     data = content.encode()
     if path.is_file() and path.read_bytes() == data:
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    Path(tmp).chmod(0o600)
-    Path(tmp).replace(path)
+    write_atomic(path, data, mode=0o600)
     result.files_changed.append(str(path))
 
 

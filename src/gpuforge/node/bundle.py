@@ -24,6 +24,7 @@ INTERPRETER = "/usr/bin/python3"
 #: What the node imports, relative to src/gpuforge (DAY2.md, "Where code lives").
 MODULES = (
     "__init__.py",
+    "atomic.py",
     "errors.py",
     "validate/__init__.py",
     "validate/catalogue.py",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuforge.node import record
+from gpuforge.node import filediff, record
 from gpuforge.validate import checks
 from gpuforge.validate.result import Status
 
@@ -92,6 +92,7 @@ class DriftReport:
     errors: list[str] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
     compared: int = 0
+    diffs: list[str] = field(default_factory=list)  # drifted files against their rendering
 
     def check(self) -> record.CheckRecord:
         """The ``conformance.drift`` check of the record.
@@ -118,6 +119,7 @@ class DriftReport:
         evidence = "\n".join(
             f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
         )
+        evidence = filediff.with_diffs(evidence, self.diffs)
         return record.CheckRecord(
             check=CHECK,
             status=Status(status),
@@ -319,6 +321,7 @@ def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noq
                 continue
             if got != want:
                 report.items.append(DriftItem("file", path, want, got or "missing", e.role))
+                report.diffs.append(filediff.file_diff(e.path, path, system.read_text))
         _compare_sysctls(report, e, system)
 
     wanted_modules = {m: e.role for e in todo for m in e.modules}

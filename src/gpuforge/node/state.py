@@ -8,13 +8,14 @@ causes one.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpuforge.atomic import write_atomic
+
+__all__ = ["STATE_SCHEMA", "State", "Streak", "load", "save", "write_atomic"]
 
 STATE_SCHEMA = 1
 
@@ -92,22 +93,6 @@ def load(path: Path) -> State:
         )
     except (AttributeError, TypeError, ValueError) as exc:
         return State(note=f"{path}: unreadable, started afresh ({exc})")
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
 
 
 def save(path: Path, state: State) -> None:

@@ -14,22 +14,19 @@ docs/monitoring.md), else the host part of ``instance``; its GPU the ``gpu`` lab
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from gpuforge.admission import format_reason
-from gpuforge.errors import InputError, OperationError
+from gpuforge.errors import InputError
 from gpuforge.history.store import Event as StoreEvent
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict.history import EVENTS, LABELS, Event, History, SeriesKey
 from gpuforge.predict.score import METRICS
+from gpuforge.promclient import Prometheus
 
 #: Store counter name (the last part of ``gpu/<i>/<name>``) -> metric name.
 GPU_COUNTERS = {
@@ -134,20 +131,6 @@ def from_store(
 # -- Prometheus ---------------------------------------------------------------------------------
 
 
-def _get(url: str, timeout: float) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http(s) only
-            return json.loads(response.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode("utf-8", "replace")[:300]
-        raise OperationError(f"prometheus: HTTP {exc.code} for {url}: {body}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        why = getattr(exc, "reason", exc)
-        raise OperationError(f"prometheus: {url}: {why}") from None
-    except ValueError as exc:
-        raise OperationError(f"prometheus: {url}: answer is not JSON ({exc})") from None
-
-
 def _node_of(labels: Mapping[str, str]) -> str | None:
     if labels.get("node"):
         return labels["node"]
@@ -177,20 +160,11 @@ def from_prometheus(
     metrics: Iterable[str] = METRICS,
 ) -> History:
     """Range queries over the scorer's metrics between ``start`` and ``end``."""
-    parsed = urllib.parse.urlparse(base_url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise InputError(f"--prometheus: {base_url!r} is not an http(s) URL")
-    root = base_url.rstrip("/")
-    history = History(source=root)
+    prometheus = Prometheus(base_url, timeout=timeout)
+    history = History(source=prometheus.root)
     for metric in (*metrics, XID_METRIC):
-        query = urllib.parse.urlencode(
-            {"query": metric, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
-        )
-        answer = _get(f"{root}/api/v1/query_range?{query}", timeout)
-        if not isinstance(answer, dict) or answer.get("status") != "success":
-            error = answer.get("error") if isinstance(answer, dict) else answer
-            raise OperationError(f"prometheus: query {metric} failed: {error}")
-        for series in answer.get("data", {}).get("result", []):
+        answer = prometheus.query_range(metric, start=start, end=end, step_s=step_s)
+        for series in answer:
             _add_series(history, metric, series)
     history.events.sort(key=lambda e: e.time)
     return history

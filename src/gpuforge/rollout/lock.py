@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpuforge import playguard
 from gpuforge.errors import OperationError
+from gpuforge.state_paths import play_record_of
 
 
 class LockHeld(OperationError):  # noqa: N818 - reads as the outcome it reports
@@ -35,7 +36,7 @@ def _describe(info: dict[str, object]) -> str:
 
 def play_record(lock_path: Path) -> Path:
     """Where the holder of ``lock_path`` records the process group of its running play."""
-    return lock_path.with_name(f"{lock_path.stem}.play")
+    return play_record_of(lock_path)
 
 
 def holder(lock_path: Path) -> str | None:

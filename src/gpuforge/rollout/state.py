@@ -19,14 +19,15 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gpuforge import database
+from gpuforge.database import Database, Foreign, Schema, Step
 from gpuforge.errors import InputError, OperationError
-
-SCHEMA_VERSION = 1
+from gpuforge.upgrade import tables as upgrade_tables
 
 
 class NodeState(StrEnum):
@@ -54,7 +55,7 @@ _ALLOWED: dict[NodeState, frozenset[NodeState]] = {
 }
 _ALWAYS_ALLOWED = frozenset({NodeState.PROVISIONING, NodeState.UNREACHABLE})
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
     hostname   TEXT PRIMARY KEY,
@@ -116,7 +117,48 @@ CREATE TABLE IF NOT EXISTS overrides (
 );
 CREATE INDEX IF NOT EXISTS transitions_by_host ON transitions(hostname);
 CREATE INDEX IF NOT EXISTS results_by_run ON check_results(run_id);
+-- What gpuforge before the database module read as the schema version (kept for it).
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '1');
 """
+
+OWNER = "gpuforge.rollout.state"
+
+#: Each step of the record, in order (the file's one migration list), with its owner: this
+#: module's tables, then the upgrade's (:mod:`gpuforge.upgrade.tables`). A new step is appended.
+STEPS: tuple[Step, ...] = (Step(OWNER, _V1), *upgrade_tables.STEPS)
+
+
+def _legacy(conn: sqlite3.Connection) -> int:
+    """The version of a record written before application ids: its ``meta`` says 1."""
+    names = database.tables(conn)
+    if not names:
+        return 0
+    if "meta" not in names or "nodes" not in names:
+        raise Foreign("no rollout tables: another program's file")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    try:
+        return int(row[0]) if row is not None else 1
+    except ValueError:
+        raise Foreign(f"its meta table says schema_version={row[0]!r}") from None
+
+
+def _recovery(backups: str = "") -> str:
+    return (
+        f"move it aside (keep it for the record){backups} and run `gpuforge deploy` again: "
+        "nodes missing from the record are provisioned (idempotent) and validated again"
+    )
+
+
+#: The rollout record (``rollout.db``): application id ``GFRO``.
+SCHEMA = Schema(
+    kind="rollout record",
+    application_id=0x4746524F,
+    steps=STEPS,
+    legacy=_legacy,
+    recovery=_recovery(),
+    foreign_keys=True,
+)
+SCHEMA_VERSION = SCHEMA.version
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,23 +210,27 @@ class ResultRow:
 class StateStore:
     """The rollout record of one cluster. Open with :func:`open_store`."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn = conn
-        self.path = path
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._conn = db.conn
+        self.path = db.path
 
     def close(self) -> None:
-        self._conn.close()
+        self.db.close()
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self.db.damage_is_input_error():
+            return self._conn.execute(sql, args).fetchall()
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        with self.db.damage_is_input_error():
+            return self._conn.execute(sql, args).fetchone()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """Run a block as one immediate transaction: all of it lands, or none of it."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        with self.db.transaction() as conn:
+            yield conn
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -205,14 +251,14 @@ class StateStore:
         if phase is not None:
             sql += " WHERE phase = ?"
             args = (phase,)
-        rows = self._conn.execute(sql + " ORDER BY phase, hostname", args).fetchall()
+        rows = self._all(sql + " ORDER BY phase, hostname", args)
         return [NodeRecord(r[0], r[1], NodeState(r[2]), r[3], r[4]) for r in rows]
 
     def node(self, hostname: str) -> NodeRecord:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT hostname, phase, state, reason, updated_at FROM nodes WHERE hostname = ?",
             (hostname,),
-        ).fetchone()
+        )
         if row is None:
             raise InputError(f"node {hostname!r} is not in the rollout record {self.path}")
         return NodeRecord(row[0], row[1], NodeState(row[2]), row[3], row[4])
@@ -256,11 +302,11 @@ class StateStore:
 
     def transitions(self, hostname: str) -> list[tuple[str, str, str, float]]:
         """(from, to, reason, at) for one node, oldest first."""
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT from_state, to_state, reason, at FROM transitions"
             " WHERE hostname = ? ORDER BY id",
             (hostname,),
-        ).fetchall()
+        )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     # -- runs --------------------------------------------------------------------------------
@@ -292,7 +338,7 @@ class StateStore:
         if phase is not None:
             sql += " WHERE phase = ?"
             args = (phase,)
-        rows = self._conn.execute(sql + " ORDER BY id", args).fetchall()
+        rows = self._all(sql + " ORDER BY id", args)
         return [RunRecord(*r) for r in rows]
 
     # -- results, gates, overrides -----------------------------------------------------------
@@ -320,11 +366,11 @@ class StateStore:
             )
 
     def results(self, run_id: int) -> list[ResultRow]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT hostname, check_name, status, measured, expected, evidence, duration_s"
             " FROM check_results WHERE run_id = ? ORDER BY id",
             (run_id,),
-        ).fetchall()
+        )
         return [ResultRow(*r) for r in rows]
 
     def latest_measured(
@@ -340,12 +386,12 @@ class StateStore:
         marks = ",".join("?" * len(checks))
         for start in range(0, len(wanted), 500):  # under SQLite's bound-parameter limit
             chunk = wanted[start : start + 500]
-            rows = self._conn.execute(
+            rows = self._all(
                 f"SELECT hostname, check_name, measured FROM check_results"  # noqa: S608
                 f" WHERE hostname IN ({','.join('?' * len(chunk))})"
                 f" AND check_name IN ({marks}) ORDER BY id",
                 (*chunk, *checks),
-            ).fetchall()
+            )
             for host, check, measured in rows:
                 try:
                     out.setdefault(check, {})[host] = float(measured)
@@ -371,11 +417,11 @@ class StateStore:
             )
 
     def last_gate(self, phase: int) -> GateRecord | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT run_id, phase, passed, admitted, total, required, detail, at FROM gates"
             " WHERE phase = ? ORDER BY run_id DESC LIMIT 1",
             (phase,),
-        ).fetchone()
+        )
         if row is None:
             return None
         return GateRecord(row[0], row[1], bool(row[2]), row[3], row[4], row[5], row[6], row[7])
@@ -391,9 +437,9 @@ class StateStore:
             )
 
     def overrides(self) -> list[dict[str, Any]]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT run_id, phase, kind, reason, operator, at FROM overrides ORDER BY id"
-        ).fetchall()
+        )
         keys = ("run_id", "phase", "kind", "reason", "operator", "at")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
@@ -424,110 +470,17 @@ class StateStore:
         }
 
 
-MIGRATIONS: dict[int, str] = {}
-"""SQL that brings a record from schema N to N + 1 (none yet). A copy is kept before any runs."""
+def open_store(path: Path, *, readonly: bool = False) -> StateStore:
+    """Open (creating if needed, unless ``readonly``) the record at ``path``.
 
-
-def open_store(path: Path) -> StateStore:
-    """Open (creating if needed) the record at ``path``.
-
-    A record that cannot be read (truncated, even to 0 bytes, corrupt, not a database) raises
-    :class:`InputError` saying how to recover; it is never modified. Before a migration to a newer
-    schema, a copy of the record is kept beside it (``rollout.db.v1.bak``).
+    A record that cannot be read (truncated, even to 0 bytes, corrupt, not a database, another
+    program's, a newer schema) raises :class:`InputError` saying how to recover; it is never
+    modified. Before a migration to a newer schema, a copy of the record is kept beside it
+    (``rollout.db.v1.bak``). ``readonly`` (``status``): the record must exist and is not changed.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        _create(path)
-    elif path.stat().st_size == 0:
-        # SQLite reads an empty file as a new database: a record truncated to nothing would
-        # start over silently, and every admitted node be provisioned and validated again.
-        raise InputError(_unreadable(path, sqlite3.DatabaseError("the file is empty (0 bytes)")))
-    conn: sqlite3.Connection | None = None
-    try:
-        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        check = conn.execute("PRAGMA quick_check").fetchone()
-        if check is None or check[0] != "ok":
-            raise sqlite3.DatabaseError(str(check[0] if check else "no answer"))
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        version = _schema_version(conn)
-        if version is not None and version > SCHEMA_VERSION:
-            raise InputError(
-                f"{path}: rollout record has schema {version}, this gpuforge reads "
-                f"{SCHEMA_VERSION}: use the gpuforge that wrote it"
-            )
-        if version is not None and version < SCHEMA_VERSION:
-            _backup(conn, path.with_name(f"{path.name}.v{version}.bak"))
-        conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
-        if version is None:
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-        else:
-            for step in range(version, SCHEMA_VERSION):
-                conn.executescript(f"BEGIN IMMEDIATE;{MIGRATIONS[step]}COMMIT;")
-            conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-            )
-    except sqlite3.DatabaseError as exc:
-        if conn is not None:
-            conn.close()
-        raise InputError(_unreadable(path, exc)) from None
-    except BaseException:
-        if conn is not None:
-            conn.close()
-        raise
-    return StateStore(conn, path)
-
-
-def _create(path: Path) -> None:
-    """Write a new record beside ``path`` and link it into place, so none is ever empty there.
-
-    A run killed while creating it leaves a hidden ``.rollout.db.PID.new`` file, not an empty
-    ``rollout.db`` that the next run would have to refuse as truncated.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
-    tmp.unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
-        conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-    finally:
-        conn.close()
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another gpuforge created it meanwhile: that one is the record
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _schema_version(conn: sqlite3.Connection) -> int | None:
-    has_meta = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-    ).fetchone()
-    if has_meta is None:
-        return None
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row is not None else None
-
-
-def _backup(conn: sqlite3.Connection, target: Path) -> None:
-    copy = sqlite3.connect(target)
-    try:
-        conn.backup(copy)
-    finally:
-        copy.close()
-
-
-def _unreadable(path: Path, exc: sqlite3.DatabaseError) -> str:
-    backups = sorted(path.parent.glob(f"{path.name}.v*.bak"))
-    restore = f", or restore the copy {backups[-1]}" if backups else ""
-    return (
-        f"{path}: the rollout record is unreadable ({' '.join(str(exc).split())}); "
-        f"move it aside (keep it for the record){restore} and run `gpuforge deploy` again: "
-        "nodes missing from the record are provisioned (idempotent) and validated again"
-    )
+    path = Path(path)
+    backups = sorted(path.parent.glob(f"{path.name}.v*.bak")) if path.parent.is_dir() else []
+    schema = SCHEMA
+    if backups:
+        schema = replace(SCHEMA, recovery=_recovery(f", or restore the copy {backups[-1]}"))
+    return StateStore(database.open_database(path, schema, readonly=readonly))

@@ -9,15 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge import reach
-from gpuforge.admission import Admission
+from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.errors import InputError
 from gpuforge.execution import run_sharded
 from gpuforge.execution.executors import ExecutionPlan
 from gpuforge.execution.executors import plan as execution_plan
-from gpuforge.inventory.reader import InventoryDir, host_vars, list_inventory
+from gpuforge.inventory.reader import InventoryDir, list_inventory
 from gpuforge.playbook import EventHandler, RunResult, run_playbook
 from gpuforge.rollout.deploy import Validation
-from gpuforge.slurm.control import NodeAction, SlurmClient
+from gpuforge.rollout.lock import play_record
+from gpuforge.rollout.state import StateStore
+from gpuforge.rollout.validation import validate_with_validators
+from gpuforge.slurm.control import NodeAction
+from gpuforge.validate.pipeline import PEER_CHECKS
 from gpuforge.validate.result import NodeVerdict
 
 ValidateFn = Callable[[list[str], str, list[str]], Validation]
@@ -54,11 +58,6 @@ class PlayTimeout:
         if self.override_s is not None:
             return self.override_s
         return self.fixed_s + per_round_s * max(1, math.ceil(hosts / self.forks))
-
-
-def controller_client(inventory: Path, controller: str) -> SlurmClient:
-    """Run Slurm commands on ``controller`` over SSH with the inventory's connection settings."""
-    return SlurmClient.over_ssh(controller, host_vars(inventory, controller))
 
 
 @dataclass
@@ -171,15 +170,43 @@ class AnsibleSteps:
         partners = (
             [] if level == "quick" else self.admission.idle_in_service(admitted, self.partners)
         )
-        self.admission.open_window(self.reservation, [*hosts, *partners])
+        window = ValidationWindow(self.admission, self.reservation, [*hosts, *partners]).open()
         try:
             return self.validate_fn(hosts, level, partners)
         except BaseException:
-            self.admission.close_window(self.reservation)
+            window.close()
             raise
 
     def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
-        try:
-            return self.admission.admit(verdicts, window=self.reservation)
-        finally:
-            self.admission.close_window(self.reservation)  # admitted nodes open to users
+        # The window validate() opened (or a killed run left): admitted nodes open to users.
+        return ValidationWindow(self.admission, self.reservation).admit(verdicts)
+
+
+def ansible_steps(
+    inventory: Path,
+    admission: Admission,
+    run_dir: Path,
+    store: StateStore,
+    lock: Path,
+    *,
+    reservation: str,
+    on_event: EventHandler | None = None,
+) -> AnsibleSteps:
+    """The rollout's real steps (deploy and upgrade): plays, validators, ``admission``."""
+    return AnsibleSteps(
+        inventory=inventory,
+        artifacts=run_dir / "ansible",
+        validate_fn=lambda hosts, lvl, peers: validate_with_validators(
+            inventory,
+            hosts,
+            lvl,
+            run_dir / "validation",
+            reservation=reservation,
+            known_good=peers,
+            peer_reference=store.latest_measured(peers, PEER_CHECKS),
+        ),
+        admission=admission,
+        reservation=reservation,
+        on_event=on_event,
+        play_record=play_record(lock),
+    )

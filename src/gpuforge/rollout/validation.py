@@ -10,8 +10,12 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpuforge.admission import Admission, ValidationWindow
+from gpuforge.errors import GpuforgeError
+from gpuforge.inventory.reader import ClusterView
 from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.state import ResultRow
+from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import BatchSummary, Tier
@@ -67,3 +71,35 @@ def validate_with_validators(
     paths = write_reports(summary, report_dir)
     verdicts = {n.node: n for n in summary.nodes}
     return Validation(verdicts, result_rows(summary), tuple(paths.values()))
+
+
+def validate_and_admit(
+    view: ClusterView,
+    hosts: Sequence[str],
+    opts: pipeline.Options,
+    deps: pipeline.Deps,
+    admission: Admission | None,
+    *,
+    drain: bool,
+) -> tuple[BatchSummary, list[NodeAction]]:
+    """``gpuforge validate``: validate ``hosts``; with ``drain``, admit the verdicts in Slurm.
+
+    Level full runs its NCCL jobs inside the maintenance window ``opts.reservation`` (opened
+    over ``hosts``, closed whatever happens). When Slurm cannot be reached for the admission,
+    each node's action says so and the verdicts stand (the validation itself ran).
+    """
+    window_name = opts.reservation if admission is not None and hosts else None
+    actions: list[NodeAction] = []
+    if admission is None:
+        return pipeline.run_validation(view, list(hosts), opts, deps), actions
+    with ValidationWindow(admission, window_name, list(hosts)) as window:
+        summary = pipeline.run_validation(view, list(hosts), opts, deps)
+        if drain:
+            try:
+                actions = window.admit(summary.nodes)
+            except GpuforgeError as exc:
+                actions = [
+                    NodeAction(n.node, "none", False, detail=f"slurm unavailable: {exc}")
+                    for n in summary.nodes
+                ]
+    return summary, actions

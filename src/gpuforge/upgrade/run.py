@@ -38,11 +38,12 @@ from typing import Any, Protocol
 
 from gpuforge.admission import format_reason, is_ours
 from gpuforge.errors import InputError, Interrupted
+from gpuforge.inventory.render import all_vars
 from gpuforge.rollout.deploy import Validation
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.rollout.state import NodeState, StateStore
 from gpuforge.slurm.control import NodeAction, SlurmNode
-from gpuforge.topology.cluster import passes_needed
+from gpuforge.topology.cluster import Cluster, passes_needed
 from gpuforge.upgrade.plan import UpgradePlan
 from gpuforge.validate.result import NodeVerdict, Verdict
 
@@ -57,40 +58,6 @@ RUN_PHASE = 0
 
 IN_FLIGHT = ("draining", "applying", "validating")
 """Node steps a killed run may have left: the next run finishes these nodes first."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS upgrades (
-    id         TEXT PRIMARY KEY,
-    pins       TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    status     TEXT NOT NULL,
-    detail     TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS upgrade_nodes (
-    upgrade     TEXT NOT NULL REFERENCES upgrades(id),
-    hostname    TEXT NOT NULL,
-    wave        INTEGER NOT NULL,
-    step        TEXT NOT NULL,
-    detail      TEXT NOT NULL DEFAULT '',
-    started_at  REAL NOT NULL,
-    drained_s   REAL,
-    apply_s     REAL,
-    validate_s  REAL,
-    finished_at REAL,
-    PRIMARY KEY (upgrade, hostname)
-);
-CREATE TABLE IF NOT EXISTS upgrade_waves (
-    upgrade     TEXT NOT NULL REFERENCES upgrades(id),
-    wave        INTEGER NOT NULL,
-    nodes       TEXT NOT NULL,
-    started_at  REAL NOT NULL,
-    finished_at REAL,
-    passed      INTEGER,
-    detail      TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (upgrade, wave)
-);
-"""
 
 
 def upgrade_id(pins: Mapping[str, str]) -> str:
@@ -192,13 +159,14 @@ Event = Callable[[str], None]
 
 
 class UpgradeRecord:
-    """The upgrade's tables in the rollout record (same file, same transactions)."""
+    """The upgrade's tables in the rollout record (same file, same transactions).
+
+    The tables are made by the record's migration list (:mod:`gpuforge.upgrade.tables`, the
+    steps this module owns), when the record is opened.
+    """
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        with store.transaction() as db:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                db.execute(statement)
 
     def begin(self, upgrade: str, pins: Mapping[str, str]) -> None:
         now = time.time()
@@ -354,11 +322,7 @@ class UpgradeRecord:
 
 def upgrade_progress(store: StateStore) -> list[dict[str, Any]]:
     """:meth:`UpgradeRecord.summary` of ``store``, or [] when no upgrade ever ran there."""
-    with store.transaction() as db:
-        found = db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'upgrades'"
-        ).fetchone()
-    return UpgradeRecord(store).summary() if found else []
+    return UpgradeRecord(store).summary() if store.db.has_table("upgrades") else []
 
 
 def render_progress(upgrade: Mapping[str, Any]) -> str:
@@ -604,3 +568,40 @@ def _wave(  # noqa: PLR0912, PLR0917, PLR0915 - one wave, step by step
         detail += "; skipped: " + ", ".join(f"{h} ({m})" for h, m in sorted(skipped.items()))
     record.end_wave(uid, number, passed, detail)
     return WaveOutcome(number, nodes, done, quarantined, skipped, passed, detail, clock() - start)
+
+
+#: The roles' version variables, as ``gpuforge inventory generate`` writes them from the spec.
+VERSION_VARS = (
+    "nvidia_driver_version",
+    "cuda_toolkit_version",
+    "nccl_version",
+    "dcgm_version",
+    "slurm_version",
+    "doca_ofed_version",
+)
+
+
+def require_generated_pins(cluster: Cluster, inventory: Path, spec: Path) -> None:
+    """Refuse (exit 2) when the inventory's generated layer pins other versions than SPEC.
+
+    The roles install what the inventory says, and the validators expect it: a run against an
+    inventory generated from the old spec would "upgrade" every node to the versions it has.
+    """
+    import yaml  # noqa: PLC0415 - only the run reads the generated layer
+
+    path = inventory / "generated" / "group_vars" / "all.yml"
+    try:
+        have = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read the generated inventory: {exc}") from None
+    want = all_vars(cluster)
+    diff = [
+        f"{key} {have.get(key)} (spec: {want.get(key)})"
+        for key in VERSION_VARS
+        if str(have.get(key)) != str(want.get(key))
+    ]
+    if diff:
+        raise InputError(
+            f"{path}: generated from other pins than {spec}: {', '.join(diff)}; run "
+            f"`gpuforge inventory generate {spec} --output {inventory}` first"
+        )

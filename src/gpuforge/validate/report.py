@@ -1,28 +1,27 @@
 """Writing a validation run down: JSON (stable schema), JUnit XML and a self-contained HTML page.
 
 JSON is the machine contract (``schema_version``, docs/validation.md). JUnit has one testcase per
-node x check so that any CI shows the failures. The HTML page needs no JavaScript: the plots are
-inline SVG built here. It is written for a batch of a thousand nodes: it opens with the nodes that
-failed or are held, says each repeated warning once with the nodes it concerns, and folds the
-admitted nodes into one line per rack.
+node x check so that any CI shows the failures (:mod:`gpuforge.reporting.junit`, the one JUnit
+writer). The HTML page (``gpuforge/reporting/templates/validation.html.j2`` on the reports' one
+layout) needs no JavaScript: the plots are inline SVG, their geometry computed here and their
+markup written by ``charts.html.j2``. It is written for a batch of a thousand nodes: it opens with
+the nodes that failed or are held, says each repeated warning once with the nodes it concerns, and
+folds the admitted nodes into one line per rack.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import os
-import tempfile
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hostlist
-import jinja2
-from markupsafe import Markup
 
+from gpuforge.atomic import write_atomic
+from gpuforge.reporting import junit, render_page
+from gpuforge.reporting.junit import Case, Suite
 from gpuforge.validate.result import BatchSummary, CheckResult, NodeVerdict, Status, Verdict
 
 COLORS = {
@@ -35,19 +34,6 @@ COLORS = {
     "quarantine": "#c62828",
     "hold": "#6a1b9a",
 }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def to_json(summary: BatchSummary, extra: Mapping[str, Any] | None = None) -> str:
@@ -75,61 +61,33 @@ def _case_text(r: CheckResult) -> str:
 
 def to_junit(summary: BatchSummary) -> str:
     """JUnit XML: a testsuite per node, a testcase per check, plus a ``fabric`` suite."""
-    root = ET.Element("testsuites", name="gpuforge-validate")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    outcome = {Status.FAIL: "failure", Status.ERROR: "error", Status.SKIP: "skipped"}
+    suites = []
     for nv in summary.nodes:
-        suite = ET.SubElement(root, "testsuite", name=nv.node)
-        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        elapsed = 0.0
+        cases = []
         for r in nv.results:
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                classname=f"gpuforge.{nv.node}",
-                name=r.check,
-                time=f"{r.duration_s:.3f}",
+            line = r.message or f"measured {r.measured}, expected {r.expected}"
+            kind = outcome.get(r.status, "pass")
+            text = _case_text(r)
+            cases.append(
+                Case(
+                    classname=f"gpuforge.{nv.node}",
+                    name=r.check,
+                    outcome=kind,
+                    message=(r.message or "not applicable") if kind == "skipped" else line,
+                    kind={"failure": "fail", "error": "inconclusive"}.get(kind, ""),
+                    text=f"{r.status.value.upper()}\n{text}" if kind == "pass" else text,
+                    time_s=r.duration_s,
+                )
             )
-            counts["tests"] += 1
-            elapsed += r.duration_s
-            summary_line = r.message or f"measured {r.measured}, expected {r.expected}"
-            if r.status is Status.FAIL:
-                counts["failures"] += 1
-                el = ET.SubElement(case, "failure", message=summary_line, type="fail")
-                el.text = _case_text(r)
-            elif r.status is Status.ERROR:
-                counts["errors"] += 1
-                el = ET.SubElement(case, "error", message=summary_line, type="inconclusive")
-                el.text = _case_text(r)
-            elif r.status is Status.SKIP:
-                counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=r.message or "not applicable")
-            else:
-                out = ET.SubElement(case, "system-out")
-                out.text = f"{r.status.value.upper()}\n" + _case_text(r)
-        suite.set("tests", str(counts["tests"]))
-        suite.set("failures", str(counts["failures"]))
-        suite.set("errors", str(counts["errors"]))
-        suite.set("skipped", str(counts["skipped"]))
-        suite.set("time", f"{elapsed:.3f}")
-        for k, v in counts.items():
-            totals[k] += v
+        suites.append(Suite(nv.node, cases))
     if summary.findings:
-        suite = ET.SubElement(root, "testsuite", name="fabric")
-        for f in summary.findings:
-            case = ET.SubElement(suite, "testcase", classname="gpuforge.fabric", name=f.subject)
-            el = ET.SubElement(case, "failure", message=f.detail, type=f.kind)
-            el.text = f.evidence
-        n = len(summary.findings)
-        suite.set("tests", str(n))
-        suite.set("failures", str(n))
-        suite.set("errors", "0")
-        suite.set("skipped", "0")
-        totals["tests"] += n
-        totals["failures"] += n
-    for k, v in totals.items():
-        root.set(k, str(v))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+        fabric = [
+            Case("gpuforge.fabric", f.subject, "failure", f.detail, f.kind, f.evidence)
+            for f in summary.findings
+        ]
+        suites.append(Suite("fabric", fabric))
+    return junit.to_junit("gpuforge-validate", suites)
 
 
 # --- SVG plots --------------------------------------------------------------------------------
@@ -144,45 +102,46 @@ class Bar:
     status: str
 
 
-def bar_chart(title: str, bars: Sequence[Bar], floor: float | None, unit: str) -> Markup:
-    """A horizontal bar chart with the floor as a dashed line (one row per node)."""
+def bar_chart(
+    title: str, bars: Sequence[Bar], floor: float | None, unit: str
+) -> dict[str, Any] | None:
+    """A horizontal bar chart's geometry (one row per node, the floor as a dashed line), which
+    ``charts.html.j2``'s ``bar_chart`` draws; None without bars."""
     if not bars:
-        return Markup("")
+        return None
     row, label_w, plot_w, pad = 16, 150, 520, 30
     top = max([b.value for b in bars] + [floor or 0.0]) * 1.1 or 1.0
-    height = pad + row * len(bars) + pad
-    esc = html.escape
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{label_w + plot_w + 80}" '
-        f'height="{height}" font-family="sans-serif" font-size="11">',
-        f"<title>{esc(title)}</title>",
-        f'<text x="0" y="14" font-weight="bold">{esc(title)} ({esc(unit)})</text>',
-    ]
-    for i, b in enumerate(bars):
-        y = pad + i * row
-        w = max(b.value / top * plot_w, 0.5)
-        color = COLORS.get(b.status, "#555")
-        parts.append(f'<text x="0" y="{y + 11}">{esc(b.label)}</text>')
-        parts.append(
-            f'<rect x="{label_w}" y="{y + 2}" width="{w:.1f}" height="{row - 4}" fill="{color}">'
-            f"<title>{esc(b.label)}: {b.value:.1f} {esc(unit)} ({esc(b.status)})</title></rect>"
-        )
-        parts.append(f'<text x="{label_w + w + 4:.1f}" y="{y + 11}">{b.value:.1f}</text>')
-    if floor is not None:
-        x = label_w + floor / top * plot_w
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{pad - 4}" x2="{x:.1f}" y2="{height - pad + 4}" '
-            f'stroke="#000" stroke-dasharray="4 3"/>'
-        )
-        parts.append(f'<text x="{x + 3:.1f}" y="{pad - 6}">floor {floor:.1f}</text>')
-    parts.append("</svg>")
-    return Markup("\n".join(parts))  # noqa: S704 - every interpolated value is escaped above
+    return {
+        "title": title,
+        "unit": unit,
+        "width": label_w + plot_w + 80,
+        "height": pad + row * len(bars) + pad,
+        "label_w": label_w,
+        "bar_h": row - 4,
+        "pad": pad,
+        "floor": floor,
+        "floor_x": label_w + (floor or 0.0) / top * plot_w,
+        "bars": [
+            {
+                "label": b.label,
+                "value": b.value,
+                "status": b.status,
+                "color": COLORS.get(b.status, "#555"),
+                "y": pad + i * row,
+                "w": max(b.value / top * plot_w, 0.5),
+            }
+            for i, b in enumerate(bars)
+        ],
+    }
 
 
-def heat_map(summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]) -> Markup:
-    """Nodes as squares, one row per rack, racks grouped by SU, coloured by verdict."""
+def heat_map(
+    summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """Nodes as squares, one row per rack, racks grouped by SU, coloured by verdict: the geometry
+    ``charts.html.j2``'s ``verdict_map`` draws; None without placement."""
     if not placement:
-        return Markup("")
+        return None
     racks: dict[tuple[int, str], list[tuple[str, str]]] = {}
     verdicts = {n.node: n.verdict.value for n in summary.nodes}
     for node, where in placement.items():
@@ -191,25 +150,25 @@ def heat_map(summary: BatchSummary, placement: Mapping[str, Mapping[str, Any]]) 
         key = (int(where.get("su") or 0), str(where.get("rack") or "?"))
         racks.setdefault(key, []).append((node, verdicts[node]))
     cell, label_w = 14, 110
-    width = label_w + cell * max((len(v) for v in racks.values()), default=1) + 10
-    height = 20 + cell * len(racks) + 10
-    esc = html.escape
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
-        'font-family="sans-serif" font-size="11">',
-        "<title>verdicts by SU and rack</title>",
-        '<text x="0" y="12" font-weight="bold">verdicts by SU / rack</text>',
+    rows = [
+        {
+            "su": su,
+            "rack": rack,
+            "y": 20 + i * cell,
+            "nodes": [
+                {"node": node, "verdict": verdict, "color": COLORS[verdict]}
+                for node, verdict in sorted(nodes)
+            ],
+        }
+        for i, ((su, rack), nodes) in enumerate(sorted(racks.items()))
     ]
-    for i, ((su, rack), nodes) in enumerate(sorted(racks.items())):
-        y = 20 + i * cell
-        parts.append(f'<text x="0" y="{y + 11}">su{su:02d} {esc(rack)}</text>')
-        for j, (node, verdict) in enumerate(sorted(nodes)):
-            parts.append(
-                f'<rect x="{label_w + j * cell}" y="{y}" width="{cell - 2}" height="{cell - 2}" '
-                f'fill="{COLORS[verdict]}"><title>{esc(node)}: {esc(verdict)}</title></rect>'
-            )
-    parts.append("</svg>")
-    return Markup("\n".join(parts))  # noqa: S704 - every interpolated value is escaped above
+    return {
+        "width": label_w + cell * max((len(v) for v in racks.values()), default=1) + 10,
+        "height": 20 + cell * len(racks) + 10,
+        "cell": cell,
+        "label_w": label_w,
+        "rows": rows,
+    }
 
 
 def metric_bars(summary: BatchSummary, check: str) -> list[Bar]:
@@ -343,13 +302,6 @@ def action_groups(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ()) -> str:
     """The HTML report: failures and held nodes first, warnings once, admitted nodes by rack."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("gpuforge.validate", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
     floors: Mapping[str, float] = summary.meta.get("floors", {})
     charts = []
     for check, (title, unit) in CHARTS.items():
@@ -363,7 +315,8 @@ def to_html(summary: BatchSummary, *, actions: Sequence[Mapping[str, Any]] = ())
         (n for n in summary.nodes if n.verdict is not Verdict.ADMIT),
         key=lambda n: (order[n.verdict], n.node),
     )
-    return env.get_template("report.html.j2").render(
+    return render_page(
+        "validation.html.j2",
         summary=summary,
         problems=problems,
         racks=admitted_by_rack(summary, placement),
@@ -393,7 +346,7 @@ def write_reports(
     merged = dict(extra or {})
     if actions:
         merged["slurm_actions"] = list(actions)
-    write_atomic(paths["json"], to_json(summary, merged))
-    write_atomic(paths["junit"], to_junit(summary))
-    write_atomic(paths["html"], to_html(summary, actions=actions))
+    write_atomic(paths["json"], to_json(summary, merged), mode=0o600)
+    write_atomic(paths["junit"], to_junit(summary), mode=0o600)
+    write_atomic(paths["html"], to_html(summary, actions=actions), mode=0o600)
     return paths

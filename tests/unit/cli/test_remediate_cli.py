@@ -66,8 +66,8 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
 
         return run
 
-    monkeypatch.setattr(cli, "_act", act)
-    monkeypatch.setattr(cli, "_validate", validate)
+    monkeypatch.setattr(rem, "ansible_act", act)
+    monkeypatch.setattr(rem, "pipeline_validate", validate)
     fake.calls_act = calls  # type: ignore[attr-defined]
     return fake
 
@@ -160,9 +160,9 @@ def test_act_maps_the_play_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             strategy="linear",
         )
 
-    monkeypatch.setattr(cli, "run_playbook", fake_play)
-    monkeypatch.setattr(cli.InventoryDir, "open", lambda p: InventoryDir(Path(p)))
-    act = cli._act(tmp_path / "inv", tmp_path / "run", tmp_path / "play.json")
+    monkeypatch.setattr(rem, "run_playbook", fake_play)
+    monkeypatch.setattr(rem.InventoryDir, "open", lambda p: InventoryDir(Path(p)))
+    act = rem.ansible_act(tmp_path / "inv", tmp_path / "run", tmp_path / "play.json")
     errors = act(["gpu01", "gpu02", "gpu03"], "reset_gpu")
     assert errors == {
         "gpu02": "Reset the GPUs: GPU is lost",

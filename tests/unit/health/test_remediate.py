@@ -11,6 +11,7 @@ import pytest
 from gpuforge.admission import Admission, AdmissionRecord, parse_reason, verdict_reason
 from gpuforge.health import remediate as rem
 from gpuforge.history import HistoryStore
+from gpuforge.rollout.lock import cluster_lock, holder
 from gpuforge.slurm.control import SlurmClient, parse_scontrol_nodes
 from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
 
@@ -352,3 +353,39 @@ def test_a_fix_of_another_check_does_not_count(rig: Rig) -> None:
     rig.slurm.nodes["gpu01"] = ("IDLE+DRAIN", "gpuforge:gpu.row_remap:reset_gpu")
     out = rig.run()["gpu01"]
     assert (out.result, out.failures) == ("resumed", 0)
+
+
+def test_remediate_under_the_lock_then_the_skipped_and_the_exit_code(rig: Rig) -> None:
+    lock = rig.tmp / "rollout.lock"
+    outcomes = rem.remediate(rig.remediator(), None, dry_run=False, lock_path=lock)
+    assert [(o.node, o.result) for o in outcomes] == [
+        ("gpu01", "resumed"),
+        ("gpu02", "skipped"),
+        ("gpu03", "skipped"),
+    ]
+    assert rem.exit_code(outcomes) == 0
+    assert lock.exists() and holder(lock) is None  # held for the run, released after
+
+
+def test_a_dry_run_plans_without_the_lock(rig: Rig) -> None:
+    with cluster_lock(rig.tmp / "rollout.lock", "someone else"):
+        outcomes = rem.remediate(
+            rig.remediator(), ["gpu01"], dry_run=True, lock_path=rig.tmp / "rollout.lock"
+        )
+    assert [(o.node, o.result) for o in outcomes] == [("gpu01", "planned")]
+    assert rig.play.calls == []
+    assert rig.state("gpu01") == ("IDLE+DRAIN", XID)
+
+
+@pytest.mark.parametrize(
+    ("results", "code"),
+    [
+        (("resumed", "skipped"), 0),
+        (("resumed", "held"), 2),
+        (("held", "failed"), 1),
+        (("escalated",), 1),
+        ((), 0),
+    ],
+)
+def test_exit_code_failures_first_then_inconclusive(results: tuple[str, ...], code: int) -> None:
+    assert rem.exit_code([rem.Outcome(f"gpu0{i}", r, "") for i, r in enumerate(results)]) == code

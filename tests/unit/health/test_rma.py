@@ -15,12 +15,14 @@ from gpuforge.command import CommandResult
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health import rma
 from gpuforge.history import HistoryStore
+from gpuforge.redact import REDACTED, scrub_text
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
 
 from ..history.records import T0, record
 from ..slurm.fake import FakeSlurm
+from ..test_redact import SALTED
 
 REAL = Path(__file__).parents[2] / "fixtures" / "real"
 SMI_XML = REAL / "nvidia-smi" / "telegraf-a100-sxm4-80gb-mig-q-x.xml.txt"
@@ -188,8 +190,57 @@ def test_bundle_carries_no_key_material(tmp_path: Path, history: HistoryStore) -
 
 def test_scrub_keeps_ordinary_text() -> None:
     text = "GPU 3: Xid 79, fallen off the bus\nSerial Number: 1650522003820\n"
-    assert rma.scrub(text) == text
-    assert rma.scrub("MUNGE_KEY='abc def'") == f"MUNGE_KEY={rma.REDACTED}"
+    assert scrub_text(text) == text
+    assert scrub_text("MUNGE_KEY='abc def'") == f"MUNGE_KEY='{REDACTED}'"
+
+
+def test_bundle_salted_with_every_secret_pattern_carries_none(
+    tmp_path: Path, history: HistoryStore
+) -> None:
+    salt = "\n".join(text for text, _ in SALTED)
+    history.ingest(
+        [
+            record(
+                "gpu01",
+                at=T0 + 7200,
+                verdict="fail",
+                failed=(("gpu.xid", "reboot"),),
+                events=[
+                    {
+                        "time": "2026-11-18T10:00:00Z",
+                        "gpu": 3,
+                        "event": "xid",
+                        "code": 79,
+                        "message": salt,
+                    }
+                ],
+            )
+        ],
+        received=T0 + 7200,
+    )
+    history.add_event(
+        "gpu01",
+        "drain",
+        at=T0 + 7201,
+        check="gpu.xid",
+        action="reboot",
+        source="health",
+        data={"why": salt, "ansible_become_pass": "hunter2"},
+    )
+    node = _node()
+    node.answers["for k in"] = (0, DMI + salt, "")
+    inputs = rma.BundleInputs(runner=node, history=history, report_dirs=[_reports(tmp_path)])
+    bundle = rma.build_bundle("gpu01", tmp_path / "rma", inputs, why=salt)
+    members = _members(bundle.archive)
+    texts = [*members.values(), bundle.manifest_path.read_text()]
+    for text, secret in SALTED:
+        assert not any(secret in t for t in texts), f"{text!r} left {secret!r} in the bundle"
+    for name in ("xid-history.json", "events.json", "dmidecode.txt"):
+        assert REDACTED in members[name]  # the salt reached the bundle, and was cut there
+    assert REDACTED in bundle.manifest["why"]
+    for name, text in members.items():
+        if name.endswith(".json"):
+            json.loads(text)  # scrubbing kept every JSON file valid
 
 
 def _admission(tmp_path: Path, state: str, reason: str) -> tuple[Admission, FakeSlurm]:

@@ -152,7 +152,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     HistoryStore.open(path).close()
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        db.execute("PRAGMA user_version = 99")
     with pytest.raises(InputError, match="newer than this gpuforge"):
         HistoryStore.open(path)
 

@@ -106,7 +106,7 @@ def test_a_failing_query_or_an_unreachable_server_is_an_operation_error(
     prometheus.fail_clock = True  # type: ignore[attr-defined]
     with pytest.raises(OperationError, match=r"query DCGM_FI_DEV_SM_CLOCK failed: query timed out"):
         from_prometheus(_url(prometheus), start=T0, end=T0 + 900, timeout=5)
-    with pytest.raises(OperationError, match=r"prometheus: http://127\.0\.0\.1:9/"):
+    with pytest.raises(OperationError, match=r"Prometheus http://127\.0\.0\.1:9: DCGM_"):
         from_prometheus("http://127.0.0.1:9/", start=T0, end=T0 + 900, timeout=2)
     with pytest.raises(InputError, match="not an http"):
         from_prometheus("file:///etc/passwd", start=T0, end=T0 + 900)

@@ -7,12 +7,14 @@ import signal
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gpuforge.cli import main
+from gpuforge.database import Step
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.playbook import run_playbook
 from gpuforge.rollout.deploy import DeployRequest, deploy_phase
@@ -127,23 +129,22 @@ def test_unreadable_record_is_one_line_exit_2_with_recovery(tmp_path: Path, dama
     assert db.read_bytes() == before
 
 
-def test_migration_keeps_a_copy_first(tmp_path: Path) -> None:
+def test_migration_keeps_a_copy_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "rollout.db"
     open_store(db).close()
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-    conn.commit()
-    conn.close()
     from gpuforge.rollout import state  # noqa: PLC0415
 
-    state.MIGRATIONS[0] = "CREATE TABLE IF NOT EXISTS probe (x INTEGER);"
-    try:
-        open_store(db).close()
-    finally:
-        del state.MIGRATIONS[0]
-    copy = sqlite3.connect(tmp_path / "rollout.db.v0.bak")
-    assert copy.execute("SELECT value FROM meta").fetchone() == ("0",)
+    known = state.SCHEMA.version
+    probe = Step("tests", "CREATE TABLE IF NOT EXISTS probe (x INTEGER);")
+    monkeypatch.setattr(state, "SCHEMA", replace(state.SCHEMA, steps=(*state.STEPS, probe)))
+    open_store(db).close()
+    copy = sqlite3.connect(tmp_path / f"rollout.db.v{known}.bak")
+    assert copy.execute("PRAGMA user_version").fetchone() == (known,)
+    assert copy.execute("SELECT 1 FROM sqlite_master WHERE name = 'probe'").fetchone() is None
     copy.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone() == (known + 1,)
+    conn.close()
 
 
 @pytest.mark.slow

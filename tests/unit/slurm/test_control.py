@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gpuforge.admission import AdmissionRecord
 from gpuforge.cli import main
 from gpuforge.command import CommandResult, LocalRunner, SshRunner
 from gpuforge.errors import InputError, OperationError
@@ -251,8 +252,9 @@ def test_unreachable_controller_is_an_operation_error() -> None:
 
 
 @pytest.fixture
-def cli(ctl: SlurmClient, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+def cli(ctl: SlurmClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
     monkeypatch.setattr("gpuforge.cli.slurm._client", lambda *_args: ctl)
+    monkeypatch.setenv("GPUFORGE_STATE_DIR", str(tmp_path / "state"))  # the admission record
     return CliRunner()
 
 
@@ -273,8 +275,8 @@ def test_cli_state_table_shows_reason(cli: CliRunner) -> None:
 
 
 def test_cli_drain_then_again_is_unchanged(cli: CliRunner, fake: FakeSlurm) -> None:
-    first = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma"])
-    second = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma"])
+    first = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma", "--cluster", "lab"])
+    second = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma", "--cluster", "lab"])
     assert (first.exit_code, second.exit_code) == (0, 0)
     assert "drain changed" in first.output
     assert "drain unchanged" in second.output
@@ -282,18 +284,20 @@ def test_cli_drain_then_again_is_unchanged(cli: CliRunner, fake: FakeSlurm) -> N
 
 
 def test_cli_drain_requires_reason(cli: CliRunner) -> None:
-    result = cli.invoke(main, ["slurm", "drain", "gpu01"])
+    result = cli.invoke(main, ["slurm", "drain", "gpu01", "--cluster", "lab"])
     assert result.exit_code == 2
 
 
 def test_cli_unknown_node_exits_2(cli: CliRunner) -> None:
-    result = cli.invoke(main, ["slurm", "resume", "gpu99"])
+    result = cli.invoke(main, ["slurm", "resume", "gpu99", "--cluster", "lab"])
     assert result.exit_code == 2
     assert "gpu99" in result.output
 
 
 def test_cli_resume_json(cli: CliRunner) -> None:
-    result = cli.invoke(main, ["slurm", "resume", "gpu03", "--reason", "fixed", "--json"])
+    result = cli.invoke(
+        main, ["slurm", "resume", "gpu03", "--reason", "fixed", "--json", "--cluster", "lab"]
+    )
     assert result.exit_code == 0, result.output
     (change,) = json.loads(result.output)
     assert change == {
@@ -306,6 +310,28 @@ def test_cli_resume_json(cli: CliRunner) -> None:
         "after": "IDLE",
         "shadow": False,
     }
+
+
+def test_cli_drain_and_resume_are_recorded_as_the_operator(
+    cli: CliRunner, fake: FakeSlurm, tmp_path: Path
+) -> None:
+    drained = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma", "--cluster", "lab"])
+    resumed = cli.invoke(main, ["slurm", "resume", "gpu03", "--cluster", "lab", "--settle", "0"])
+    assert (drained.exit_code, resumed.exit_code) == (0, 0), drained.output + resumed.output
+    rows = AdmissionRecord(tmp_path / "state" / "lab" / "admission.db").actions()
+    assert [(r.source, r.action.node, r.action.action, r.action.reason) for r in rows] == [
+        ("operator", "gpu01", "drain", "rma"),
+        ("operator", "gpu03", "resume", "returned to service by gpuforge"),
+    ]
+
+
+def test_cli_drain_without_a_cluster_exits_2_and_changes_nothing(
+    cli: CliRunner, fake: FakeSlurm
+) -> None:
+    result = cli.invoke(main, ["slurm", "drain", "gpu01", "--reason", "rma"])
+    assert result.exit_code == 2
+    assert "give --cluster NAME or --inventory DIR" in result.output
+    assert fake.updates() == []
 
 
 # -- roles: declared inputs match the defaults ---------------------------------------------------
@@ -423,7 +449,7 @@ def test_cli_resume_prints_the_settled_state(
 ) -> None:
     _answers_after(fake, "gpu04", polls=2)
     monkeypatch.setattr("gpuforge.slurm.control.time.sleep", lambda _s: None)
-    result = cli.invoke(main, ["slurm", "resume", "gpu04", "--reason", "fixed"])
+    result = cli.invoke(main, ["slurm", "resume", "gpu04", "--reason", "fixed", "--cluster", "lab"])
     assert result.exit_code == 0, result.output
     # before: "(DOWN+NOT_RESPONDING -> IDLE+NOT_RESPONDING)", the state right after the resume
     assert "(DOWN+NOT_RESPONDING -> IDLE)" in result.output

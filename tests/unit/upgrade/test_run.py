@@ -390,3 +390,22 @@ def test_cli_refuses_an_inventory_generated_from_other_pins(tmp_path: Path) -> N
     assert result.exit_code == 2, result.output
     assert "nccl_version" in result.output and "inventory generate" in result.output
     assert not (tmp_path / doc["name"] / "rollout.db").exists(), "nothing ran"
+
+
+def test_an_inventory_generated_from_other_pins_is_refused(lab: Cluster, tmp_path: Path) -> None:
+    import yaml  # noqa: PLC0415
+
+    from gpuforge.inventory.render import all_vars  # noqa: PLC0415
+    from gpuforge.upgrade.run import require_generated_pins  # noqa: PLC0415
+
+    group_vars = tmp_path / "generated" / "group_vars"
+    group_vars.mkdir(parents=True)
+    pins = all_vars(lab)
+    (group_vars / "all.yml").write_text(yaml.safe_dump(pins))
+    require_generated_pins(lab, tmp_path, LAB)  # the same pins: nothing to say
+    (group_vars / "all.yml").write_text(yaml.safe_dump({**pins, "nccl_version": "2.0.0"}))
+    with pytest.raises(InputError, match=r"generated from other pins than .*nccl_version 2\.0\.0"):
+        require_generated_pins(lab, tmp_path, LAB)
+    (group_vars / "all.yml").unlink()
+    with pytest.raises(InputError, match="cannot read the generated inventory"):
+        require_generated_pins(lab, tmp_path, LAB)
