@@ -27,6 +27,7 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 
 from gpuforge.atomic import atomic_open
 from gpuforge.command import CommandResult
+from gpuforge.validate import catalogue
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.conformance import RESULTS_SCHEMA, ProbeFailed, tool_output
 from gpuforge.validate.result import CheckResult, Status, Tier
@@ -169,7 +170,10 @@ class Recorder:
                     "evidence": evidence,
                     "message": outcome.detail,
                     "warn": warn and not outcome.ok,
-                    "action": outcome.action,
+                    # One action per failure on every path: the judge's, else the catalogue's.
+                    "action": catalogue.result_action(
+                        name, ok=outcome.ok, warn=warn, named=outcome.action
+                    ),
                 },
             )
         )
@@ -232,7 +236,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     text = str(report.longreprtext or "") if status in (Status.FAIL, Status.ERROR) else ""
     if not records:
         check = _check_name(report.nodeid, node)
-        records = [{"check": check, "measured": None, "expected": None}]
+        # A hung or failing tool fails the check it serves, with that check's catalogue action.
+        action = catalogue.action(check) if status is Status.FAIL else ""
+        records = [{"check": check, "measured": None, "expected": None, "action": action}]
     for i, rec in enumerate(records):
         last = i == len(records) - 1
         st = status if last else (Status.WARN if rec.get("warn") else Status.PASS)

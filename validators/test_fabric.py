@@ -32,14 +32,18 @@ def _fabric_kind(node: Any) -> str:
     return str(node.expected_fabric().get("kind") or node.vars.get("fabric_kind") or "infiniband")
 
 
+def _link_layer(node: Any, spec: dict[str, Any]) -> str:
+    return str(
+        spec.get("link_layer") or ("Ethernet" if _fabric_kind(node) == "roce" else "InfiniBand")
+    )
+
+
 def test_port(node: Any, record: Any, rail: int) -> None:
     spec = _rail(node, rail)
     res = node.output("ibstat")
     report = parse_or_inconclusive(ibstat.parse, res)
     rate = float(spec.get("rate_gbps") or node.vars.get("fabric_rate_gbps") or 400)
-    layer = str(
-        spec.get("link_layer") or ("Ethernet" if _fabric_kind(node) == "roce" else "InfiniBand")
-    )
+    layer = _link_layer(node, spec)
     [(_device, outcome)] = checks.ib_ports(report, [spec], rate_gbps=rate, link_layer=layer)
     record.check(f"fabric.port[{rail}]", outcome, res.evidence())
 
@@ -50,11 +54,9 @@ def test_mtu(node: Any, record: Any, rail: int) -> None:
         pytest.skip("no MTU expectation for this rail")
     netdev = str(spec["netdev"])
     res = node.output(f"cat /sys/class/net/{netdev}/mtu")
-    got = res.stdout.strip()
-    want = int(spec["mtu"])
-    # IPoIB datagram mode caps the netdev MTU at the IB MTU minus the 4-byte IPoIB header.
-    ok = got.isdigit() and int(got) in (want, want - 4)
-    record.check(f"fabric.mtu[{rail}]", checks.Outcome(ok, got, want), res.evidence())
+    layer = _link_layer(node, spec)
+    outcome = checks.mtu_matches(res.stdout, int(spec["mtu"]), link_layer=layer)
+    record.check(f"fabric.mtu[{rail}]", outcome, res.evidence())
 
 
 def test_sysctls(node: Any, record: Any) -> None:
@@ -95,7 +97,7 @@ def test_nccl_conf(node: Any, record: Any) -> None:
 KERNEL_LOG_DATED = "dmesg --time-format iso 2>/dev/null || journalctl -k -b --no-pager -o short-iso"
 
 
-def test_link_flaps(node: Any, record: Any, rail: int) -> None:
+def test_flaps(node: Any, record: Any, rail: int) -> None:
     """Down/up cycles of the rail's port in the last 12 h: kernel log and LinkDownedCounter."""
     spec = _rail(node, rail)
     netdev = str(spec.get("netdev") or "")
@@ -122,8 +124,8 @@ def test_link_flaps(node: Any, record: Any, rail: int) -> None:
             evidence.append(f"{device} port 1 LinkDownedCounter: {link_downed}")
         else:
             evidence.append(f"{device} port 1 is not Active: LinkDownedCounter not read")
-    found = flaps.count(events, netdev, now=now, boot=boot, link_downed=link_downed)
-    record.check(f"fabric.link_flap[{rail}]", flaps.judge(found), "\n".join(evidence))
+    outcome = flaps.judge_port(events, netdev, now=now, boot=boot, link_downed=link_downed)
+    record.check(f"fabric.flaps[{rail}]", outcome, "\n".join(evidence))
 
 
 def _port_active(node: Any, device: str) -> bool:

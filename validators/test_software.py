@@ -2,78 +2,45 @@
 
 from __future__ import annotations
 
-import re
+import shlex
 from typing import Any
 
 import pytest
 
-from gpuforge.validate import checks
+from gpuforge.validate import catalogue, checks
 from gpuforge.validate.conformance import parse_or_inconclusive, probe
 from gpuforge.validate.parsers import nvidia_smi_csv
+from gpuforge.validate.result import excerpt
 
 QUERY = f"nvidia-smi --query-gpu={checks.GPU_QUERY} --format=csv"
+#: The one package listing (checks.DPKG_QUERY), rpm's where there is no dpkg.
+PACKAGES = (
+    f"{shlex.join(checks.DPKG_QUERY)} 2>/dev/null"
+    " || rpm -qa --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'"
+)
 
 
-def _pkg_version(node: Any, package: str) -> tuple[str, str]:
-    cmd = (
-        f"dpkg-query -W -f='${{Version}}' {package} 2>/dev/null"
-        f" || rpm -q --qf '%{{VERSION}}-%{{RELEASE}}' {package}"
-    )
-    res = probe(node.host, cmd, timeout=node.timeout, label=node.name)
-    version = res.stdout.strip() if res.ok and "not installed" not in res.stdout else ""
-    return version, res.evidence()
-
-
-def _pin(node: Any, name: str) -> str:
-    value = node.vars.get(name)
-    if not value:
-        pytest.skip(f"{name} is not pinned in the inventory")
-    return str(value)
-
-
-def test_driver(node: Any, record: Any) -> None:
-    want = _pin(node, "nvidia_driver_version")
-    res = node.output(QUERY)
-    csv = parse_or_inconclusive(nvidia_smi_csv.parse, res)
-    versions = sorted({str(r.values.get("driver_version")) for r in csv.rows})
-    got = versions[0] if len(versions) == 1 else ",".join(versions)
-    record.check("software.driver", checks.exact_version(got, want), res.evidence())
-
-
-def test_cuda_toolkit(node: Any, record: Any) -> None:
-    want = _pin(node, "cuda_toolkit_version")
-    package = "cuda-toolkit-" + "-".join(want.split(".")[:2])
-    got, ev = _pkg_version(node, package)
-    record.check("software.cuda_toolkit", checks.exact_version(got, want), ev)
-
-
-def test_nccl(node: Any, record: Any) -> None:
-    want = _pin(node, "nccl_version")
-    got, ev = _pkg_version(node, "libnccl2")
-    record.check("software.nccl", checks.exact_version(got, want), ev)
-
-
-def test_dcgm(node: Any, record: Any) -> None:
-    want = _pin(node, "dcgm_version")
-    got, ev = _pkg_version(node, f"datacenter-gpu-manager-{want.split('.')[0]}-core")
-    record.check("software.dcgm", checks.exact_version(got, want), ev)
-
-
-def test_fabric_manager(node: Any, record: Any) -> None:
-    if not node.node_type.get("nvswitch"):
+@pytest.mark.parametrize("component", catalogue.VERSION_KEYS)
+def test_versions(node: Any, record: Any, component: str) -> None:
+    """``software.versions[<component>]``: what the node's software.versions judges, per pin."""
+    if component == "fabricmanager" and not node.node_type.get("nvswitch"):
         pytest.skip("no NVSwitch: no Fabric Manager")
-    want = _pin(node, "nvidia_driver_version")
-    got, ev = _pkg_version(node, f"nvidia-fabricmanager-{want.split('.')[0]}")
-    record.check("software.fabric_manager", checks.exact_version(got, want), ev)
-
-
-def test_slurm(node: Any, record: Any) -> None:
-    want = _pin(node, "slurm_version")
-    res = node.output("slurmd -V")
-    # "slurm 22.05.8" upstream, "slurm-wlm 22.05.8" in Debian's build
-    version = re.search(r"\b(\d+\.\d+\.\d+)\b", res.stdout)
-    got = version.group(1) if version else res.stdout.strip()
-    record.check("software.slurm", checks.exact_version(got, want), res.evidence())
+    want = node.vars.get(catalogue.VERSION_PINS[component])
+    if not want:
+        pytest.skip(f"{catalogue.VERSION_PINS[component]} is not pinned in the inventory")
+    if component == "driver":
+        res = node.output(QUERY)
+        csv = parse_or_inconclusive(nvidia_smi_csv.parse, res)
+        got = ",".join(sorted({str(r.values.get("driver_version")) for r in csv.rows})) or None
+        evidence = res.evidence()
+    else:
+        res = node.output(PACKAGES)
+        installed = checks.parse_installed(res.stdout)
+        names = catalogue.VERSION_PACKAGES[component]
+        got = checks.package_version(installed, names, str(want))
+        evidence = excerpt(res.evidence(), [n.rstrip("-") for n in names], before=0, after=0)
+    outcome = checks.pinned_versions({component: got}, {component: str(want)})
+    record.check(f"software.versions[{component}]", outcome, evidence)
 
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_peermem"]
@@ -91,10 +58,10 @@ SERVICES = ["nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced", "slurm
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_service(node: Any, record: Any, service: str) -> None:
+def test_services(node: Any, record: Any, service: str) -> None:
     if service == "nvidia-fabricmanager" and not node.node_type.get("nvswitch"):
         pytest.skip("no NVSwitch: no Fabric Manager")
     res = probe(node.host, f"systemctl is-active {service}", timeout=node.timeout, label=node.name)
     state = res.stdout.strip() or ("hung" if res.timed_out else f"rc={res.rc}")
-    outcome = checks.Outcome(state == "active", state, "active")
-    record.check(f"software.service[{service}]", outcome, res.evidence())
+    outcome = checks.services_active({service: state})
+    record.check(f"software.services[{service}]", outcome, res.evidence())

@@ -15,7 +15,7 @@ from gpuforge.errors import InputError
 from gpuforge.history.conformance import NodeResult
 from gpuforge.node import record as node_record
 from gpuforge.slurm.control import SlurmNode
-from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Tier, decide
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, decide
 
 #: The check whose ``measured`` carries the node's firmware versions (shadow on the node).
 FIRMWARE_CHECK = "conformance.firmware"
@@ -164,15 +164,9 @@ def verdict(result: NodeResult) -> NodeVerdict | None:
             [CheckResult(result.node, "conformance.result", Status.ERROR, message=result.why)],
         )
     checks = [
-        CheckResult(
-            result.node,
-            check,
-            Status(status),
-            tier=Tier.QUICK,
-            action=action if status == "fail" else "",
-        )
+        node_record.CheckRecord(check, Status(status), action or None)
         for check, status, action in result.failed
     ]
     if not checks:
-        checks = [CheckResult(result.node, DRIFT_CHECK, Status.PASS)]
-    return decide(result.node, checks)
+        checks = [node_record.CheckRecord(DRIFT_CHECK, Status.PASS)]
+    return node_record.node_verdict(result.node, checks)

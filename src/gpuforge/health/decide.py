@@ -35,9 +35,10 @@ from typing import Any
 from gpuforge.admission import ACTIONS, Admission, BreakerPolicy, parse_reason
 from gpuforge.errors import InputError
 from gpuforge.history.store import Event, HistoryStore, parse_time
+from gpuforge.node import record as node_record
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction
-from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
+from gpuforge.validate.result import NodeVerdict, Status, Verdict
 
 #: Admission's actions that a health drain may carry (``validate`` is the join's, not ours).
 DRAIN_ACTIONS = frozenset(a for a in ACTIONS if a != "validate")
@@ -214,19 +215,7 @@ class Decider:
                 action=action,
                 detail=f"action {action} does not take a node out of service",
             ), None
-        others = [
-            str(c.get("check"))
-            for c in checks
-            if c.get("status") == Status.FAIL.value
-            and not c.get("shadow")
-            and c.get("check") != check
-        ]
-        verdict = NodeVerdict(
-            node=node,
-            verdict=Verdict.QUARANTINE,
-            reasons=(check, *others),
-            results=(CheckResult(node, check, Status.FAIL, action=action),),
-        )
+        verdict = node_record.node_verdict(node, node_record.checks_of(rec), first=check)
         return None, (_Todo(index, node, check, action), verdict)
 
     def _resumed_since(self, node: str, rec: Mapping[str, Any]) -> str:

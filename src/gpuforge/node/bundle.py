@@ -30,6 +30,7 @@ MODULES = (
     "atomic.py",
     "errors.py",
     "validate/__init__.py",
+    "validate/catalogue.py",
     "validate/checks.py",
     "validate/flaps.py",
     "validate/result.py",

@@ -21,7 +21,7 @@ from pathlib import Path
 from gpuforge.node import config as cfg
 from gpuforge.node import drift, engine, output
 from gpuforge.node import state as st
-from gpuforge.node.probes import TIERS, Probe, skip
+from gpuforge.node.probes import DCGM_BUDGET_S, TIERS, Probe, gpu_dcgm_diag, skip
 from gpuforge.node.record import from_dict
 from gpuforge.node.run import Budget, Runner
 
@@ -58,13 +58,17 @@ def main(args: argparse.Namespace) -> int:
     ]
     checks, _ = engine.hysteresis(results, config, state, update=False)
     report = drift.run(args.expected_dir)
-    extra = [drift.dcgm_level2()] if args.level == "burnin" else []
+    extra = []
+    if args.level == "burnin":
+        # The epilog's DCGM check at level 2, under its own budget (one judge, one action).
+        dcgm = Probe(config, Runner(Budget(DCGM_BUDGET_S[2])), state, started, "conformance")
+        extra = [gpu_dcgm_diag(dcgm, level=2)]
     raw = drift.conformance_record(
         config.node,
         args.level,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         duration_s=time.monotonic() - clock,
-        passive=[c.to_dict() for c in checks],
+        passive=checks,
         report=report,
         firmware_versions=drift.firmware(config.sysfs_root),
         job_id=os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID") or None,

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from gpuforge.errors import InputError
+from gpuforge.validate import catalogue
 
 VERSION = 1
 DEFAULT_PATH = Path("/etc/gpuforge/health.yaml")
@@ -39,15 +40,9 @@ TIER_NAMES = ("passive", "prolog", "epilog")
 #: #6777: prologs that hang job start); epilog: DCGM ``-r 1`` takes ~30 s on 8 GPUs.
 TIER_TIMEOUTS = {"passive": 10.0, "prolog": 2.0, "epilog": 60.0}
 
-#: The IB port counters the fabric.counters check reads, by their sysfs names.
-COUNTER_NAMES = ("symbol_error", "link_downed", "port_rcv_errors", "port_xmit_discards")
-#: Most each counter may grow within ``window_s`` before the check fails.
-COUNTER_MAX = {
-    "symbol_error": 10,
-    "link_downed": 1,
-    "port_rcv_errors": 10,
-    "port_xmit_discards": 100,
-}
+#: The IB port counters fabric.counters reads, and how much each may grow (the catalogue's).
+COUNTER_NAMES = catalogue.COUNTER_NAMES
+COUNTER_MAX = catalogue.COUNTER_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,31 +55,14 @@ class CheckDefaults:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: Every check the node runs, with its default hysteresis and thresholds (docs/health.md says why).
+#: Every check the node runs, with its default hysteresis and thresholds: the check catalogue's
+#: (:mod:`gpuforge.validate.catalogue`; docs/health.md says why).
 CHECKS: dict[str, CheckDefaults] = {
-    "gpu.count": CheckDefaults(),
-    "gpu.model": CheckDefaults(),
-    "gpu.xid": CheckDefaults(),
-    "gpu.ecc_uncorrectable": CheckDefaults(),
-    "gpu.row_remap": CheckDefaults(),
-    "gpu.nvlink": CheckDefaults(fail_after=2, pass_after=2),
-    "gpu.pcie_link": CheckDefaults(fail_after=3, pass_after=2),
-    "gpu.throttle": CheckDefaults(fail_after=3, pass_after=3),
-    "fabric.port": CheckDefaults(fail_after=2, pass_after=2),
-    "fabric.mtu": CheckDefaults(),
-    "fabric.counters": CheckDefaults(
-        fail_after=2, pass_after=3, params={"window_s": 3600, "max": COUNTER_MAX}
-    ),
-    "fabric.flaps": CheckDefaults(params={"down_s": 240, "flaps": 3, "window_h": 12}),
-    "fabric.roce_pfc": CheckDefaults(
-        fail_after=2, pass_after=3, shadow=True, params={"window_s": 3600, "max_pause": 1000000}
-    ),
-    "software.versions": CheckDefaults(),
-    "software.services": CheckDefaults(fail_after=2, pass_after=1),
-    "gpu.dcgm_diag": CheckDefaults(),
+    name: CheckDefaults(s.fail_after, s.pass_after, s.shadow, dict(s.params))
+    for name, s in catalogue.node_checks().items()
 }
 
-VERSION_KEYS = ("driver", "cuda", "nccl", "dcgm", "fabricmanager", "slurm")
+VERSION_KEYS = catalogue.VERSION_KEYS
 
 
 @dataclass(frozen=True, slots=True)

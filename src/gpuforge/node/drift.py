@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from gpuforge.node import filediff, record
 from gpuforge.validate import checks
+from gpuforge.validate.result import Status
 
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
@@ -93,8 +94,8 @@ class DriftReport:
     compared: int = 0
     diffs: list[str] = field(default_factory=list)  # drifted files against their rendering
 
-    def check(self) -> dict[str, Any]:
-        """The ``conformance.drift`` check in the record's format.
+    def check(self) -> record.CheckRecord:
+        """The ``conformance.drift`` check of the record.
 
         fail when anything drifted (action ``quarantine``: re-run the roles, re-validate); error
         when nothing drifted but something could not be compared or nothing was recorded at all;
@@ -119,17 +120,15 @@ class DriftReport:
             f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
         )
         evidence = filediff.with_diffs(evidence, self.diffs)
-        return {
-            "check": CHECK,
-            "status": status,
-            "action": action,
-            "measured": measured,
-            "expected": "as the roles recorded in " + str(EXPECTED_DIR),
-            "detail": detail,
-            "evidence": evidence[:2000],
-            "shadow": False,
-            "streak": 1,
-        }
+        return record.CheckRecord(
+            check=CHECK,
+            status=Status(status),
+            action=action,
+            measured=measured,
+            expected="as the roles recorded in " + str(EXPECTED_DIR),
+            detail=record.clip(detail),
+            evidence=evidence[: record.TEXT_MAX],
+        )
 
 
 class System(Protocol):
@@ -390,19 +389,6 @@ def _run(argv: Sequence[str], *, ok: Sequence[int] = (0,)) -> str:
     return proc.stdout
 
 
-def parse_dpkg(out: str) -> dict[str, str]:
-    """Installed versions from ``dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}'``.
-
-    Status-Abbrev is want/status/error: ``ii`` installed, ``hi`` installed and held (how the
-    roles leave their pins); only the second letter says whether the package is installed.
-    """
-    return {
-        parts[0]: parts[1]
-        for parts in (line.split("\t") for line in out.splitlines())
-        if len(parts) == 3 and parts[2][1:2] == "i" and parts[1]
-    }
-
-
 @dataclass
 class LiveSystem:
     """The node itself: dpkg (or rpm), lsmod, systemctl, /proc/sys, files."""
@@ -412,13 +398,10 @@ class LiveSystem:
     def packages(self, names: Sequence[str]) -> dict[str, str]:
         """Versions from ``dpkg-query`` (``rpm -q`` where there is no dpkg)."""
         if Path("/usr/bin/dpkg-query").exists() or not Path("/usr/bin/rpm").exists():
-            out = _run(
-                ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names],
-                ok=(0, 1),  # 1: some name is not installed
-            )
-            return parse_dpkg(out)
+            # 1: some name is not installed
+            return checks.parse_installed(_run([*checks.DPKG_QUERY, *names], ok=(0, 1)))
         out = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", *names], ok=(0, 1))
-        return {p[0]: p[1] for p in (line.split("\t") for line in out.splitlines()) if len(p) == 2}
+        return checks.parse_installed(out)
 
     def file_digest(self, path: str) -> str | None:
         """sha256 of the file, read in 1 MiB blocks."""
@@ -554,55 +537,6 @@ def run(directory: Path = EXPECTED_DIR, system: System | None = None) -> DriftRe
 
 #: Levels of ``gpuforge-node conformance``; ``burnin`` adds DCGM level 2 on the node.
 LEVELS = ("passive", "quick", "burnin")
-#: Seconds ``dcgmi diag -r 2`` may take (the job array's per-task limit is above it).
-DCGM_R2_TIMEOUT = 900.0
-
-
-def dcgm_level2() -> dict[str, Any]:
-    """``dcgmi diag -r 2 -j`` on this node, as a ``gpu.dcgm_diag`` check in the record format."""
-    from gpuforge.validate.parsers import dcgmi  # noqa: PLC0415 - only the burnin level needs it
-
-    check: dict[str, Any] = {"check": "gpu.dcgm_diag", "expected": "every test Pass or Skip"}
-    try:
-        text = _run(["dcgmi", "diag", "-r", "2", "-j"], ok=(0, 1, 2, 226))
-    except ProbeError as exc:
-        return {**check, "status": "error", "measured": "not run", "detail": str(exc)}
-    try:
-        diag = dcgmi.parse(text)
-    except Exception as exc:  # any unreadable output is inconclusive, never a failure
-        return {**check, "status": "error", "measured": "unreadable", "detail": str(exc)[:500]}
-    failed = [t.name for t in diag.failed]
-    if not diag.completed:
-        return {
-            **check,
-            "status": "error",
-            "measured": "did not complete",
-            "detail": "; ".join(diag.errors)[:500],
-            "evidence": text[-2000:],
-        }
-    if failed:
-        return {
-            **check,
-            "status": "fail",
-            "action": "inspect",
-            "measured": "failed: " + ", ".join(failed),
-            "evidence": text[-2000:],
-        }
-    return {**check, "status": "pass", "measured": f"{len(diag.tests)} test(s) passed"}
-
-
-def _check_record(raw: Mapping[str, Any]) -> record.CheckRecord:
-    return record.CheckRecord(
-        check=str(raw["check"]),
-        status=str(raw.get("status", "error")),
-        action=str(raw["action"]) if raw.get("action") else None,
-        measured=raw.get("measured"),
-        expected=raw.get("expected"),
-        detail=record.clip(str(raw.get("detail") or "")),
-        evidence=record.clip(str(raw.get("evidence") or "")),
-        shadow=bool(raw.get("shadow", False)),
-        streak=int(raw.get("streak", 1)),
-    )
 
 
 def conformance_record(
@@ -611,11 +545,11 @@ def conformance_record(
     *,
     started: str,
     duration_s: float,
-    passive: Sequence[Mapping[str, Any]] = (),
+    passive: Sequence[record.CheckRecord] = (),
     report: DriftReport,
     firmware_versions: Mapping[str, str],
     job_id: str | None = None,
-    extra: Sequence[Mapping[str, Any]] = (),
+    extra: Sequence[record.CheckRecord] = (),
 ) -> dict[str, Any]:
     """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
 
@@ -625,17 +559,14 @@ def conformance_record(
     """
     if level not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
-    raw = [*passive, report.check(), *extra]
-    raw.append(
-        {
-            "check": "conformance.firmware",
-            "status": "pass" if firmware_versions else "skip",
-            "measured": json.dumps(dict(sorted(firmware_versions.items()))),
-            "expected": "same as the other nodes of the type",
-            "shadow": True,
-        }
+    firmware = record.CheckRecord(
+        check="conformance.firmware",
+        status=Status.PASS if firmware_versions else Status.SKIP,
+        measured=json.dumps(dict(sorted(firmware_versions.items()))),
+        expected="same as the other nodes of the type",
+        shadow=True,
     )
-    checks = tuple(_check_record(c) for c in raw)
+    checks = (*passive, report.check(), *extra, firmware)
     return record.Record(
         node=node,
         tier="conformance",

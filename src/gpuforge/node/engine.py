@@ -22,16 +22,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuforge.node import output
 from gpuforge.node import state as st
 from gpuforge.node.config import CHECKS, HealthConfig
-from gpuforge.node.probes import TIERS, Probe, Result, UnavailableError, skip
+from gpuforge.node.probes import TIERS, Probe, UnavailableError, skip
 from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
 from gpuforge.node.run import Budget, Runner
+from gpuforge.validate import catalogue
 from gpuforge.validate.xid_catalogue import Action
 
 DISABLED = "disabled by config"
@@ -50,7 +51,7 @@ def drains(action: str | None) -> bool:
 
 
 def hysteresis(
-    results: Sequence[Result], config: HealthConfig, state: st.State, *, update: bool
+    results: Sequence[CheckRecord], config: HealthConfig, state: st.State, *, update: bool
 ) -> tuple[list[CheckRecord], Request | None]:
     """Apply the streaks to this run's results; the record's checks and the node's request."""
     out: list[CheckRecord] = []
@@ -71,19 +72,7 @@ def hysteresis(
             elif s.latched and r.status in ("pass", "warn") and s.passes >= c.pass_after:
                 s.latched, s.action = False, None
         streak = s.fails if r.status == "fail" else s.passes if r.status in ("pass", "warn") else 0
-        out.append(
-            CheckRecord(
-                check=r.check,
-                status=r.status,
-                action=r.action,
-                measured=r.measured,
-                expected=r.expected,
-                detail=r.detail,
-                evidence=r.evidence,
-                shadow=c.shadow,
-                streak=streak,
-            )
-        )
+        out.append(replace(r, shadow=c.shadow, streak=streak))
     if update:
         for name in list(state.streaks):
             if name not in CHECKS or not config.check(name).enabled:
@@ -100,7 +89,7 @@ def request_of(state: st.State) -> Request | None:
     """Drain for the latched checks (strongest action first), else resume while one is owed."""
     latched = sorted(
         ((n, s) for n, s in state.streaks.items() if s.latched),
-        key=lambda item: (-_rank(item[1].action), item[0]),
+        key=lambda item: (-catalogue.action_rank(item[1].action), item[0]),
     )
     if latched:
         state.resume_pending = True
@@ -109,15 +98,6 @@ def request_of(state: st.State) -> Request | None:
     if state.resume_pending:
         return Request("resume")
     return None
-
-
-def _rank(action: str | None) -> int:
-    if action == "quarantine":
-        return Action.RESET_GPU.rank  # between monitor and a hardware action
-    try:
-        return Action(action or "none").rank
-    except ValueError:
-        return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """The node's checks: gather with the node's own tools, judge with the validators' pure functions.
 
-Each check is a function ``(Probe) -> Result``. :class:`Probe` runs every tool at most once per run
-(``nvidia-smi -q -x`` serves four checks) and keeps what it gathered for the record (counters,
-events). The judgement is :mod:`gpuforge.validate.checks` / :mod:`~gpuforge.validate.flaps` /
-the Xid catalogue, the same functions the validators assert with: one source of truth.
+Each check is a function ``(Probe) -> CheckRecord``. :class:`Probe` runs every tool at most once
+per run (``nvidia-smi -q -x`` serves four checks) and keeps what it gathered for the record
+(counters, events). The judgement is :mod:`gpuforge.validate.checks` /
+:mod:`~gpuforge.validate.flaps` / the Xid catalogue, with the names, thresholds and actions of the
+check catalogue (:mod:`gpuforge.validate.catalogue`): the same the acceptance suite uses.
 
 A tool that is missing, hangs, fails or prints what its parser cannot read makes the check ERROR
 (status ``error``), never FAIL: an ERROR never drains a node.
@@ -22,10 +23,10 @@ from typing import Any, TypeVar
 
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
-from gpuforge.node.record import TEXT_MAX, Event, clip
+from gpuforge.node.record import TEXT_MAX, CheckRecord, Event, clip
 from gpuforge.node.run import Output, Runner, ToolError
 from gpuforge.node.state import State
-from gpuforge.validate import checks, flaps
+from gpuforge.validate import catalogue, checks, flaps
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.parsers import (
     dcgmi,
@@ -37,7 +38,7 @@ from gpuforge.validate.parsers import (
     xid,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import NvidiaSmiReport
-from gpuforge.validate.result import excerpt
+from gpuforge.validate.result import Status, excerpt
 from gpuforge.validate.xid_catalogue import Action, lookup
 
 _T = TypeVar("_T")
@@ -46,7 +47,7 @@ GPU_QUERY = ["nvidia-smi", f"--query-gpu={checks.GPU_QUERY}", "--format=csv"]
 XML = ["nvidia-smi", "-q", "-x"]
 NVLINK = ["nvidia-smi", "nvlink", "-s"]
 IBSTAT = ["ibstat"]
-DPKG = ["dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n"]
+DPKG = list(checks.DPKG_QUERY)
 #: ``systemctl is-active`` exits 3 when a unit is inactive: an answer, not a failure to run.
 SYSTEMCTL_OK = (0, 3, 4)
 #: Tools the passive tier starts at once (each check then reads its memo): the run takes about
@@ -59,52 +60,30 @@ KERNEL_LOG = (
 _ISO_HEAD = re.compile(
     r"^(?:\w+\s*:\s*\w+\s*:\s*)?(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
 )
-#: Packages that carry each pinned version (Debian names; the driver's comes from nvidia-smi).
-VERSION_PACKAGES: dict[str, tuple[str, ...]] = {
-    "cuda": ("cuda-toolkit-",),
-    "nccl": ("libnccl2",),
-    "dcgm": ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager"),
-    "fabricmanager": ("nvidia-fabricmanager-", "nvidia-fabricmanager"),
-    "slurm": ("slurmd",),
-}
 
 
 class UnavailableError(Exception):
     """The check cannot conclude (tool missing, timed out, unreadable output)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One check's outcome before hysteresis: the record's check fields."""
-
-    check: str
-    status: str
-    action: str | None = None
-    measured: str | int | float | bool | None = None
-    expected: str | int | float | bool | None = None
-    detail: str = ""
-    evidence: str = ""
-
-
-def judged(
-    check: str, outcome: Outcome, evidence: str, action: str, needles: Sequence[str] = ()
-) -> Result:
-    """A pure check's :class:`Outcome` as a result: FAIL carries ``action`` (or its own).
+def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] = ()) -> CheckRecord:
+    """A pure check's :class:`Outcome` as a result: a FAIL carries the outcome's own action, else
+    the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
 
     Only a result that is not a pass carries its evidence: 12,500 nodes send a record every
     interval, and what explains a pass is its ``measured`` value.
     """
     if outcome.ok:
-        return Result(check, "pass", None, outcome.measured, outcome.expected, outcome.detail)
-    if outcome.warn_only:
-        status, act = "warn", "monitor"
-    else:
-        status, act = "fail", outcome.action or action
+        return CheckRecord(
+            check, Status.PASS, None, outcome.measured, outcome.expected, outcome.detail
+        )
+    status = Status.WARN if outcome.warn_only else Status.FAIL
+    act = catalogue.result_action(check, ok=False, warn=outcome.warn_only, named=outcome.action)
     said = f"{outcome.measured} {outcome.detail}"
     # Cut the output around what the judgement names (a GPU's bus id, a port), not head/tail.
     named = sorted({m.group(0) for m in _NEEDLE.finditer(said)})
     kept = excerpt(evidence, [*named, *needles], TEXT_MAX)
-    return Result(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
+    return CheckRecord(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
 
 
 _NEEDLE = re.compile(
@@ -112,14 +91,14 @@ _NEEDLE = re.compile(
 )
 
 
-def error(check: str, why: str, evidence: str = "") -> Result:
+def error(check: str, why: str, evidence: str = "") -> CheckRecord:
     """The check could not run: ERROR (never drains)."""
-    return Result(check, "error", None, None, None, why, clip(evidence))
+    return CheckRecord(check, Status.ERROR, None, None, None, why, clip(evidence))
 
 
-def skip(check: str, why: str) -> Result:
+def skip(check: str, why: str) -> CheckRecord:
     """The check does not apply here (no expectation, disabled)."""
-    return Result(check, "skip", None, None, None, why)
+    return CheckRecord(check, Status.SKIP, None, None, None, why)
 
 
 @dataclass
@@ -305,7 +284,7 @@ def _short_pci(bus: str) -> str:
     return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else bus
 
 
-def guarded(check: str, body: Callable[[], Result]) -> Result:
+def guarded(check: str, body: Callable[[], CheckRecord]) -> CheckRecord:
     """Run ``body``; what it could not gather is this check's ERROR."""
     try:
         return body()
@@ -316,40 +295,40 @@ def guarded(check: str, body: Callable[[], Result]) -> Result:
 # --- GPU ------------------------------------------------------------------------------------
 
 
-def gpu_count(p: Probe) -> Result:
+def gpu_count(p: Probe) -> CheckRecord:
     """As many GPUs as the node type declares (one missing: fallen off the bus -> reboot)."""
     want = p.config.expect.gpus
     if want is None:
         return skip("gpu.count", "expect.gpus not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         csv, ev = p.csv()
-        return judged("gpu.count", checks.gpu_count(csv, want), ev, lookup(79).action.value)
+        return judged("gpu.count", checks.gpu_count(csv, want), ev)
 
     return guarded("gpu.count", body)
 
 
-def gpu_model(p: Probe) -> Result:
+def gpu_model(p: Probe) -> CheckRecord:
     """Every GPU is the declared model."""
     want = p.config.expect.gpu_model
     if not want:
         return skip("gpu.model", "expect.gpu_model not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         csv, ev = p.csv()
-        return judged("gpu.model", checks.gpu_models(csv, want), ev, "inspect")
+        return judged("gpu.model", checks.gpu_models(csv, want), ev)
 
     return guarded("gpu.model", body)
 
 
-def gpu_xid(p: Probe, *, advance: bool) -> Result:
+def gpu_xid(p: Probe, *, advance: bool) -> CheckRecord:
     """Xids since the last passive run, plus those kept until a reboot (sticky, :func:`_sticky`).
 
     ``advance``: this run moves the kernel-log cursor and the sticky list (the passive tier);
     the prolog and the epilog only look at what is newer than the cursor.
     """
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         boot_id, _ = p.boot()
         if p.state.boot_id != boot_id:
             # A reboot clears what the driver reported before it (every draining Xid's action
@@ -357,23 +336,24 @@ def gpu_xid(p: Probe, *, advance: bool) -> Result:
             p.state.sticky_xids = []
         fresh, newest = p.new_kernel_lines()
         new_text = "\n".join(fresh)
-        fresh_xids = checks.xid_events(new_text)
-        _xid_events(p, new_text)
+        report = xid.read(new_text)
+        _xid_events(p, report)
+        fresh_xids = xid.with_lines(new_text, report)
         sticky = list(p.state.sticky_xids)
-        for e in fresh_xids:
+        for e, line in fresh_xids:
             entry = lookup(e.xid)
-            if _sticky(entry.action) and not entry.user_caused and e.line not in sticky:
-                sticky.append(e.line)
+            if _sticky(entry.action) and not entry.user_caused and line not in sticky:
+                sticky.append(line)
         fallen = [ln.strip() for ln in fresh if "fallen off the bus" in ln]
         sticky += [ln for ln in fallen if ln not in sticky]
         if advance:
             p.state.sticky_xids = sticky[-50:]
             p.state.kmsg_cursor = newest
             p.state.boot_id = boot_id
-        watch = [e.line for e in fresh_xids if e.line not in sticky]
+        watch = [line for _, line in fresh_xids if line not in sticky]
         text = "\n".join(sticky + watch)
         outcome = checks.no_hardware_xids(text)
-        return judged("gpu.xid", outcome, text or "no Xid since the last run", "reboot")
+        return judged("gpu.xid", outcome, text or "no Xid since the last run")
 
     return guarded("gpu.xid", body)
 
@@ -385,13 +365,9 @@ def _sticky(action: Action) -> bool:
     return action.rank >= Action.REBOOT.rank
 
 
-def _xid_events(p: Probe, text: str) -> None:
-    if not text.strip():
+def _xid_events(p: Probe, report: xid.XidReport | None) -> None:
+    if report is None:
         return
-    try:
-        report = xid.parse(text)
-    except InputError:
-        return  # the check judges the lines itself; events are a convenience
     gpus = p.gpu_of_pci()
     for e in report.xids:
         gpu = gpus.get(_short_pci(e.pci))
@@ -402,10 +378,10 @@ def _xid_events(p: Probe, text: str) -> None:
         )
 
 
-def gpu_ecc(p: Probe) -> Result:
+def gpu_ecc(p: Probe) -> CheckRecord:
     """No uncorrectable ECC error since the driver loaded (catalogue action of Xid 48)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         for i, g in enumerate(report.gpus):
             v = g.ecc_volatile
@@ -417,66 +393,61 @@ def gpu_ecc(p: Probe) -> Result:
                     v.dram_correctable or 0
                 )
         outcome = checks.no_uncorrectable_ecc(report)
-        return judged(
-            "gpu.ecc_uncorrectable", outcome, ev, lookup(48).action.value, ("uncorrectable>",)
-        )
+        return judged("gpu.ecc_uncorrectable", outcome, ev, ("uncorrectable>",))
 
     return guarded("gpu.ecc_uncorrectable", body)
 
 
-def gpu_row_remap(p: Probe) -> Result:
+def gpu_row_remap(p: Probe) -> CheckRecord:
     """No pending row remap (Xid 63's action) and no remap failure (Xid 64's)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         outcome = checks.row_remap_healthy(report)
-        failed = "failure" in str(outcome.measured)
-        action = lookup(64 if failed else 63).action.value
         return judged(
             "gpu.row_remap",
             outcome,
             ev,
-            action,
             ("<remapped_row_pending>", "<remapped_row_failure>", "<pending_retirement>"),
         )
 
     return guarded("gpu.row_remap", body)
 
 
-def gpu_nvlink(p: Probe) -> Result:
+def gpu_nvlink(p: Probe) -> CheckRecord:
     """Every GPU has its declared NVLink links up (Xid 74's action when not)."""
     links = p.config.expect.nvlink_links_per_gpu
     if not links:
         return skip("gpu.nvlink", "expect.nvlink_links_per_gpu not set (no NVLink declared)")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         out = p.output(NVLINK)
         status = p._once("nvlink", lambda: nvlink.parse(out.stdout))
         gpus = p.config.expect.gpus or len(status.gpus)
         outcome = checks.nvlink_all_up(status, gpus=gpus, links_per_gpu=links)
-        return judged("gpu.nvlink", outcome, out.evidence(), lookup(74).action.value)
+        return judged("gpu.nvlink", outcome, out.evidence())
 
     return guarded("gpu.nvlink", body)
 
 
-def gpu_pcie(p: Probe) -> Result:
+def gpu_pcie(p: Probe) -> CheckRecord:
     """Every GPU's PCIe link at the declared generation and width (a reseat when not)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
         e = p.config.expect
         outcome = checks.pcie_link(report, gen=e.pcie_gen, width=e.pcie_width)
-        return judged("gpu.pcie_link", outcome, ev, "inspect")
+        return judged("gpu.pcie_link", outcome, ev)
 
     return guarded("gpu.pcie_link", body)
 
 
-def gpu_throttle(p: Probe) -> Result:
+def gpu_throttle(p: Probe) -> CheckRecord:
     """No clock event reason but idle, application clocks or power cap (thermal, HW slowdown)."""
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         report, ev = p.xml()
-        return judged("gpu.throttle", checks.no_throttling(report), ev, "inspect")
+        return judged("gpu.throttle", checks.no_throttling(report), ev)
 
     return guarded("gpu.throttle", body)
 
@@ -488,13 +459,13 @@ def _rails(p: Probe, layer: str | None = None) -> list[cfg.Rail]:
     return [r for r in p.config.expect.rails if layer is None or r.link_layer == layer]
 
 
-def fabric_port(p: Probe) -> Result:
+def fabric_port(p: Probe) -> CheckRecord:
     """Each rail's port Active/LinkUp at its rate and link layer (``ibstat``)."""
     rails = _rails(p)
     if not rails:
         return skip("fabric.port", "no rail declared")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         out = p.output(IBSTAT)
         report = p._once("ibstat", lambda: ibstat.parse(out.stdout))
         specs = [{"device": r.device, "rate_gbps": r.rate_gbps or 0} for r in rails]
@@ -503,14 +474,12 @@ def fabric_port(p: Probe) -> Result:
             results += checks.ib_ports(
                 report, [spec], rate_gbps=rail.rate_gbps or 0, link_layer=rail.link_layer
             )
-        return _combine("fabric.port", results, out.evidence(), "inspect")
+        return _combine("fabric.port", results, out.evidence())
 
     return guarded("fabric.port", body)
 
 
-def _combine(
-    check: str, parts: Sequence[tuple[str, Outcome]], evidence: str, action: str
-) -> Result:
+def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) -> CheckRecord:
     bad = [(name, o) for name, o in parts if not o.ok and not o.warn_only]
     warn = [(name, o) for name, o in parts if not o.ok and o.warn_only]
     measured = "; ".join(f"{name}: {o.measured}" for name, o in parts)
@@ -518,32 +487,25 @@ def _combine(
     detail = "; ".join(f"{name}: {o.detail}" for name, o in bad + warn if o.detail)
     ok = not bad and not warn
     outcome = Outcome(ok, measured, expected, detail, warn_only=bool(warn) and not bad)
-    return judged(check, outcome, evidence, action)
+    return judged(check, outcome, evidence)
 
 
-#: Bytes of the IPoIB encapsulation header (RFC 4391), which datagram mode takes off the MTU.
-IPOIB_HEADER = 4
-
-
-def fabric_mtu(p: Probe) -> Result:
+def fabric_mtu(p: Probe) -> CheckRecord:
     """Each rail's netdev MTU as declared (``<sysfs_root>/class/net/<netdev>/mtu``)."""
     rails = [r for r in _rails(p) if r.mtu and r.netdev]
     if not rails:
         return skip("fabric.mtu", "no rail declares an mtu and a netdev")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         parts = []
         seen = []
         for r in rails:
             path = p.config.sysfs_root / "class/net" / str(r.netdev) / "mtu"
             got = p._once(str(path), lambda path=path: int(path.read_text().strip()))  # type: ignore[misc]
             seen.append(f"{path}: {got}")
-            # IPoIB in datagram mode caps the netdev at the IB MTU less its 4-byte header, as
-            # the validators' fabric.mtu allows.
-            want = int(r.mtu or 0)
-            ok = got == want or (r.link_layer == "InfiniBand" and got == want - IPOIB_HEADER)
-            parts.append((str(r.netdev), Outcome(ok, got, r.mtu)))
-        return _combine("fabric.mtu", parts, "\n".join(seen), "quarantine")
+            outcome = checks.mtu_matches(got, int(r.mtu or 0), link_layer=r.link_layer)
+            parts.append((str(r.netdev), outcome))
+        return _combine("fabric.mtu", parts, "\n".join(seen))
 
     return guarded("fabric.mtu", body)
 
@@ -561,7 +523,7 @@ def _window_delta(p: Probe, key: str, value: float, window_s: float) -> float:
     return value - base
 
 
-def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
+def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckRecord:
     """IB port error counters' growth within ``window_s`` against per-counter maxima."""
     rails = _rails(p, "InfiniBand")
     if not rails:
@@ -570,7 +532,7 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
     window = float(params["window_s"])
     maxima: Mapping[str, int] = params["max"]
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         deltas: dict[str, float] = {}
         for r in rails:
             for name in cfg.COUNTER_NAMES:
@@ -584,20 +546,19 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> Result:
                     deltas[key] = value - last[-1][1] if last and value >= last[-1][1] else 0
         outcome = checks.counter_growth(deltas, maxima, window_s=window)
         evidence = "\n".join(f"{k} = {p.counters[k]:g} (+{d:g})" for k, d in deltas.items())
-        return judged("fabric.counters", outcome, evidence, "inspect")
+        return judged("fabric.counters", outcome, evidence)
 
     return guarded("fabric.counters", body)
 
 
-def fabric_flaps(p: Probe) -> Result:
+def fabric_flaps(p: Probe) -> CheckRecord:
     """Per rail: down/up cycles within ``window_h`` (flap), a port down longer than ``down_s``."""
     rails = [r for r in _rails(p) if r.netdev]
     if not rails:
         return skip("fabric.flaps", "no rail declares a netdev")
     params = p.config.check("fabric.flaps").params
-    window = timedelta(hours=float(params["window_h"]))
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         _, boot = p.boot()
         events = link_events.parse(p.kernel_log(), now=p.now, boot=boot)
         parts = []
@@ -609,17 +570,11 @@ def fabric_flaps(p: Probe) -> Result:
                     downed = p.ib_counter(r, "link_downed")
                 except UnavailableError:
                     downed = None  # fabric.counters reports the missing counters
-            found = flaps.count(
-                events, str(r.netdev), now=p.now, boot=boot, link_downed=downed, window=window
+            outcome = flaps.judge_port(
+                events, str(r.netdev), now=p.now, boot=boot, link_downed=downed, params=params
             )
-            outcome = flaps.judge(found, threshold=int(params["flaps"]), window=window)
-            dropped = flaps.dropped(
-                events, str(r.netdev), now=p.now, down_s=float(params["down_s"])
-            )
-            parts.append((str(r.netdev), dropped if not dropped.ok else outcome))
-        return _combine(
-            "fabric.flaps", parts, "\n".join(evidence) or "no link down/up line", "inspect"
-        )
+            parts.append((str(r.netdev), outcome))
+        return _combine("fabric.flaps", parts, "\n".join(evidence) or "no link down/up line")
 
     return guarded("fabric.flaps", body)
 
@@ -627,14 +582,14 @@ def fabric_flaps(p: Probe) -> Result:
 _PAUSE = re.compile(r"^\s*(?:rx|tx)_prio\d_pause:\s*(\d+)\s*$", re.MULTILINE)
 
 
-def fabric_roce_pfc(p: Probe) -> Result:
+def fabric_roce_pfc(p: Probe) -> CheckRecord:
     """RoCE rails: PFC pause frames (``ethtool -S``) within ``window_s`` against ``max_pause``."""
     rails = [r for r in _rails(p, "Ethernet") if r.netdev]
     if not rails:
         return skip("fabric.roce_pfc", "no RoCE rail with a netdev declared")
     params = p.config.check("fabric.roce_pfc").params
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         deltas: dict[str, float] = {}
         evidence = []
         for r in rails:
@@ -653,7 +608,7 @@ def fabric_roce_pfc(p: Probe) -> Result:
             outcome = Outcome(
                 False, outcome.measured, outcome.expected, outcome.detail, warn_only=True
             )
-        return judged("fabric.roce_pfc", outcome, "\n".join(evidence), "monitor")
+        return judged("fabric.roce_pfc", outcome, "\n".join(evidence))
 
     return guarded("fabric.roce_pfc", body)
 
@@ -676,13 +631,13 @@ def _ecn_counters(p: Probe, rail: cfg.Rail) -> None:
 # --- software ---------------------------------------------------------------------------------
 
 
-def software_versions(p: Probe) -> Result:
+def software_versions(p: Probe) -> CheckRecord:
     """Installed versions against the pins (driver from nvidia-smi, the rest from dpkg)."""
     pins = p.config.expect.versions
     if not pins:
         return skip("software.versions", "expect.versions not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         measured: dict[str, str | None] = {}
         evidence = []
         if "driver" in pins:
@@ -692,53 +647,28 @@ def software_versions(p: Probe) -> Result:
             evidence.append(ev)
         if set(pins) - {"driver"}:
             out = p.output(DPKG)
-            installed = _packages(out.stdout)
+            installed = checks.parse_installed(out.stdout)
             evidence.append(out.evidence())
             for key in sorted(set(pins) - {"driver"}):
-                measured[key] = _package_version(installed, VERSION_PACKAGES[key], pins[key])
+                names = catalogue.VERSION_PACKAGES[key]
+                measured[key] = checks.package_version(installed, names, pins[key])
         outcome = checks.pinned_versions(measured, pins)
-        return judged("software.versions", outcome, "\n".join(evidence), "quarantine")
+        return judged("software.versions", outcome, "\n".join(evidence))
 
     return guarded("software.versions", body)
-
-
-def _packages(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 2 and parts[1] and (len(parts) < 3 or parts[2] in ("", "installed")):
-            out[parts[0]] = parts[1]
-    return out
-
-
-def _package_version(installed: Mapping[str, str], names: Sequence[str], pin: str) -> str | None:
-    """The version of the first package named (a trailing ``-``: a prefix, e.g. cuda-toolkit-)."""
-    for name in names:
-        if name.endswith("-"):
-            versions = [
-                v
-                for k, v in sorted(installed.items())
-                if k.startswith(name) and k[len(name) : len(name) + 1].isdigit()
-            ]
-            match = [v for v in versions if checks.pinned_version(v, pin).ok]
-            if match or versions:
-                return (match or versions)[0]
-        elif name in installed:
-            return installed[name]
-    return None
 
 
 def _systemctl(services: Sequence[str]) -> list[str]:
     return ["systemctl", "is-active", *services]
 
 
-def software_services(p: Probe) -> Result:
+def software_services(p: Probe) -> CheckRecord:
     """Every declared service active (``systemctl is-active``)."""
     services = p.config.expect.services
     if not services:
         return skip("software.services", "expect.services not set")
 
-    def body() -> Result:
+    def body() -> CheckRecord:
         # is-active exits 3 when a unit is inactive: an answer, not a failure to run.
         out = p.output(_systemctl(services), ok=SYSTEMCTL_OK)
         states = [s.strip() for s in out.stdout.splitlines() if s.strip()]
@@ -747,7 +677,7 @@ def software_services(p: Probe) -> Result:
                 f"systemctl is-active printed {len(states)} states for {len(services)} units"
             )
         outcome = checks.services_active(dict(zip(services, states, strict=True)))
-        return judged("software.services", outcome, out.evidence(), "reboot")
+        return judged("software.services", outcome, out.evidence())
 
     return guarded("software.services", body)
 
@@ -755,23 +685,30 @@ def software_services(p: Probe) -> Result:
 # --- epilog -------------------------------------------------------------------------------------
 
 
-def gpu_dcgm_diag(p: Probe) -> Result:
-    """``dcgmi diag -r 1 -j``: any failed test fails (reboot and re-validate)."""
+#: ``dcgmi diag`` levels the node runs: the epilog ``-r 1`` (~30 s on 8 GPUs), the nightly
+#: conformance task's burnin level ``-r 2`` (its own budget: ``DCGM_BUDGET_S``).
+DCGM_BUDGET_S = {1: 60.0, 2: 900.0}
 
-    def body() -> Result:
+
+def gpu_dcgm_diag(p: Probe, level: int = 1) -> CheckRecord:
+    """``dcgmi diag -r <level> -j``: any failed test fails, with the action the check catalogue
+    gives what failed (:func:`gpuforge.validate.checks.dcgm_diag_passed`, the acceptance
+    burn-in's judge too); warnings alone WARN."""
+
+    def body() -> CheckRecord:
         # dcgmi exits non-zero when a test fails: the JSON says which.
-        out = p.output(["dcgmi", "diag", "-r", "1", "-j"], ok=tuple(range(256)))
-        diag = p._once("dcgmi", lambda: dcgmi.parse(out.stdout or out.stderr))
+        out = p.output(["dcgmi", "diag", "-r", str(level), "-j"], ok=tuple(range(256)))
+        diag = p._once(f"dcgmi-{level}", lambda: dcgmi.parse(out.stdout or out.stderr))
         if not diag.completed:
             raise UnavailableError("; ".join(diag.errors) or "dcgmi could not run the diagnostic")
         outcome = checks.dcgm_diag_passed(diag)
-        return judged("gpu.dcgm_diag", outcome, out.evidence(), "reboot")
+        return judged("gpu.dcgm_diag", outcome, out.evidence())
 
     return guarded("gpu.dcgm_diag", body)
 
 
 #: The checks of each tier, in run order (cheap and decisive first).
-PASSIVE: dict[str, Callable[[Probe], Result]] = {
+PASSIVE: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.count": gpu_count,
     "gpu.model": gpu_model,
     "gpu.xid": lambda p: gpu_xid(p, advance=True),
@@ -788,11 +725,11 @@ PASSIVE: dict[str, Callable[[Probe], Result]] = {
     "software.versions": software_versions,
     "software.services": software_services,
 }
-PROLOG: dict[str, Callable[[Probe], Result]] = {
+PROLOG: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "fabric.counters": lambda p: fabric_counters(p, record_samples=False),
 }
-EPILOG: dict[str, Callable[[Probe], Result]] = {
+EPILOG: dict[str, Callable[[Probe], CheckRecord]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "gpu.ecc_uncorrectable": gpu_ecc,
     "gpu.row_remap": gpu_row_remap,

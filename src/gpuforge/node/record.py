@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuforge.errors import InputError
-from gpuforge.validate.result import Status
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, decide
 from gpuforge.validate.xid_catalogue import Action
 
 SCHEMA = "gpuforge.record/1"
@@ -46,10 +46,13 @@ Scalar = str | int | float | bool | None
 
 @dataclass(frozen=True, slots=True)
 class CheckRecord:
-    """One check's outcome in one run."""
+    """One check's outcome in one run: what every node-side check returns (before hysteresis,
+    ``streak`` 1), what the record carries and what the controller judges
+    (:func:`node_verdict`). ``status`` is :class:`~gpuforge.validate.result.Status`, the one
+    vocabulary of the acceptance levels too."""
 
     check: str
-    status: str
+    status: Status
     action: str | None = None
     measured: Scalar = None
     expected: Scalar = None
@@ -59,11 +62,27 @@ class CheckRecord:
     #: Consecutive runs with this status (the hysteresis counter the request was computed from).
     streak: int = 1
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
+    def to_result(self, node: str) -> CheckResult:
+        """The acceptance levels' form of this outcome (a FAIL keeps its action, else none)."""
+        return CheckResult(
+            node,
+            self.check,
+            self.status,
+            measured=self.measured,
+            expected=self.expected,
+            evidence=self.evidence,
+            message=self.detail,
+            action=(self.action or "") if self.status is Status.FAIL else "",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {
             "check": self.check,
-            "status": self.status,
+            "status": self.status.value,
             "action": self.action,
             "measured": self.measured,
             "expected": self.expected,
@@ -176,6 +195,23 @@ class Record:
     def check(self, name: str) -> CheckRecord | None:
         """The outcome of check ``name`` in this run, or None when it did not run."""
         return next((c for c in self.checks if c.check == name), None)
+
+
+def node_verdict(
+    node: str, checks: Iterable[CheckRecord], *, first: str | None = None
+) -> NodeVerdict:
+    """The admission verdict of ``node``'s checks: the one way from a record to the
+    :class:`~gpuforge.validate.result.NodeVerdict` that :class:`~gpuforge.admission.Admission`
+    takes (the health collector's drains, nightly conformance).
+
+    Shadowed checks do not count (``first`` always does: the node asked); the verdict rules are
+    the acceptance levels' (:func:`~gpuforge.validate.result.decide`: a FAIL quarantines with its
+    catalogue action, an ERROR holds, else admit). ``first``: the check the node asked to be
+    drained for, named first in the reasons and the results (the drain reason carries it).
+    """
+    counted = [c for c in checks if not c.shadow or c.check == first]
+    counted.sort(key=lambda c: c.check != first)  # stable: the rest keep their order
+    return decide(node, [c.to_result(node) for c in counted])
 
 
 def verdict_of(checks: Sequence[CheckRecord]) -> str:
@@ -400,7 +436,7 @@ def _check(r: _Reader, raw: object, where: str) -> CheckRecord:
     assert streak is not None  # noqa: S101
     return CheckRecord(
         check=r.req_text(d, "check", where),
-        status=status,
+        status=Status(status),
         action=r.choice(d, "action", where, ACTIONS, null=True),
         measured=r.scalar(d, "measured", where),
         expected=r.scalar(d, "expected", where),
@@ -449,6 +485,33 @@ def _request(r: _Reader, raw: object, where: str) -> Request:
 
 def _drains(action: str) -> bool:
     return action == "quarantine" or Action(action).drains
+
+
+def checks_of(raw: Mapping[str, Any]) -> tuple[CheckRecord, ...]:
+    """The checks of a decoded record the collector already took, leniently: an entry without
+    a name is skipped, a status outside the vocabulary reads as ``error`` (never drains)."""
+    out = []
+    for c in raw.get("checks") or []:
+        if not isinstance(c, Mapping) or not c.get("check"):
+            continue
+        try:
+            status = Status(str(c.get("status")))
+        except ValueError:
+            status = Status.ERROR
+        action = c.get("action")
+        out.append(
+            CheckRecord(
+                check=str(c["check"]),
+                status=status,
+                action=str(action) if action else None,
+                measured=c.get("measured"),
+                expected=c.get("expected"),
+                detail=str(c.get("detail") or ""),
+                evidence=str(c.get("evidence") or ""),
+                shadow=bool(c.get("shadow", False)),
+            )
+        )
+    return tuple(out)
 
 
 def from_json(text: str | bytes, source: str = "record") -> Record:

@@ -8,31 +8,27 @@ answer (unreachable, timed out, no output) is left out, so the plan treats it as
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from gpuforge.command import CommandRunner
-from gpuforge.topology.compat import release
 from gpuforge.upgrade.plan import Installed
+from gpuforge.validate import catalogue, checks
 
 QUERY = (
     "echo @@driver; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null; "
-    "echo @@dpkg; dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Status}\\n' "
-    "2>/dev/null; echo @@kernel; uname -r"
+    f"echo @@dpkg; {shlex.join(checks.DPKG_QUERY)} 2>/dev/null; echo @@kernel; uname -r"
 )
 """The remote command line (POSIX sh); each section starts with a ``@@name`` marker line."""
 
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "fabricmanager": ("nvidia-fabricmanager-", "nvidia-fabricmanager"),
-    "cuda": ("cuda-toolkit-",),
-    "nccl": ("libnccl2",),
-    "dcgm": ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager"),
+    **catalogue.VERSION_PACKAGES,
     "doca_ofed": ("doca-ofed", "doca-host"),
-    "slurm": ("slurmd",),
     "pmix": ("libpmix2", "libpmix2t64", "libpmix-dev"),
 }
-"""Component -> packages that carry its version (a trailing ``-``: a prefix before digits),
-the same names the node's ``software.versions`` check reads, plus DOCA and PMIx."""
+"""Component -> packages that carry its version: the check catalogue's (what the node's
+``software.versions`` check reads), plus DOCA and PMIx."""
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -46,40 +42,17 @@ def _sections(text: str) -> dict[str, list[str]]:
     return out
 
 
-def _package(installed: Mapping[str, str], names: Iterable[str]) -> str | None:
-    for name in names:
-        if name.endswith("-"):
-            # Several CUDA toolkits may sit side by side: the newest is the one the pin moves.
-            found = sorted(
-                (
-                    v
-                    for k, v in installed.items()
-                    if k.startswith(name) and k[len(name) : len(name) + 1].isdigit()
-                ),
-                key=release,
-            )
-            if found:
-                return found[-1]
-        elif name in installed:
-            return installed[name]
-    return None
-
-
 def parse_query(text: str) -> dict[str, str | None] | None:
     """The components ``QUERY``'s output shows; None when the output is not QUERY's."""
     parts = _sections(text)
     if not {"driver", "dpkg", "kernel"} <= set(parts):
         return None
-    installed: dict[str, str] = {}
-    for line in parts["dpkg"]:
-        fields = line.split("\t")
-        if len(fields) >= 2 and fields[1] and (len(fields) < 3 or fields[2] == "installed"):
-            installed[fields[0]] = fields[1]
+    installed = checks.parse_installed("\n".join(parts["dpkg"]))
     drivers = sorted(set(parts["driver"]))
     versions: dict[str, str | None] = {"nvidia_driver": ",".join(drivers) or None}
     for component, names in PACKAGES.items():
-        value = _package(installed, names)
-        if value is not None or component in ("fabricmanager", "cuda", "nccl", "dcgm", "slurm"):
+        value = checks.package_version(installed, names)
+        if value is not None or component in catalogue.VERSION_PACKAGES:
             versions[component] = value
     if parts["kernel"]:
         versions["kernel"] = parts["kernel"][0]

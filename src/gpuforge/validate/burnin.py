@@ -13,12 +13,13 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.command import CommandResult, CommandRunner
+from gpuforge.validate import catalogue, checks
 from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
 from gpuforge.validate.result import CheckResult, Status, Tier, excerpt
 from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
@@ -64,28 +65,16 @@ def _not_concluded(node: str, check: str, res: CommandResult, expected: str) -> 
     return None
 
 
+#: The one DCGM check (the epilog's and the nightly burnin's too); a failed test is an instance.
+DCGM_CHECK = "gpu.dcgm_diag"
+
+
 def dcgm_check_name(test: str, gpus: Sequence[int]) -> str:
-    """The check name of a failed DCGM test: ``PCIe`` on GPU 2 -> ``dcgm.pcie[gpu2]``.
+    """The check name of a failed DCGM test: ``PCIe`` on GPU 2 -> ``gpu.dcgm_diag[pcie.gpu2]``.
 
-    GPUs 0 to 5 -> ``[gpu0-5]``; GPUs 1 and 3 -> ``[gpu1,gpu3]``.
+    GPUs 0 to 5 -> ``[pcie.gpu0-5]``; GPUs 1 and 3 -> ``[pcie.gpu1,gpu3]``.
     """
-    slug = re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_") or "test"
-    runs: list[list[int]] = []
-    for g in sorted(set(gpus)):
-        if runs and g == runs[-1][-1] + 1:
-            runs[-1].append(g)
-        else:
-            runs.append([g])
-    # consecutive GPUs as a range (gpu0-5), so that a test failing everywhere stays short
-    names = [f"gpu{r[0]}" if len(r) == 1 else f"gpu{r[0]}-{r[-1]}" for r in runs]
-    return f"dcgm.{slug}" + (f"[{','.join(names)}]" if names else "")
-
-
-def _explanations(test: dcgmi.DiagTest, gpus: Sequence[int]) -> list[str]:
-    """DCGM's own words for a failed test: errors and warnings (else info) naming ``gpus``."""
-    said = [*test.errors, *test.warnings] or list(test.info)
-    mine = [m for m in said if any(re.search(rf"\bGPU {g}\b", m) for g in gpus)]
-    return list(dict.fromkeys(mine or said))
+    return f"{DCGM_CHECK}[{checks.dcgm_instance(test, gpus)}]"
 
 
 def _needles(messages: Sequence[str], raw: str) -> list[str]:
@@ -100,13 +89,15 @@ def _needles(messages: Sequence[str], raw: str) -> list[str]:
 def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResult]:
     """``dcgmi diag -r <level> -j``: one ``fail`` per failed test, named by test and GPU.
 
-    A failed test becomes ``dcgm.<test>[gpuN]`` (what the Slurm reason and the report show),
-    with DCGM's explanation as the message and the evidence cut around it. Without a failed
-    test the run is one ``burnin.dcgm_diag_r<level>`` result: pass, warn on warnings, fail on
-    an error DCGM did not tie to a test, error (held) when it could not run.
+    A failed test becomes ``gpu.dcgm_diag[<test>.gpuN]`` (what the Slurm reason and the report
+    show), with DCGM's explanation as the message, the evidence cut around it and the action the
+    check catalogue gives that test (:func:`gpuforge.validate.checks.dcgm_failures`, the judge
+    the node's epilog and the nightly burnin use). Without a failed test the run is one
+    ``gpu.dcgm_diag`` result: pass, warn on warnings, fail on an error DCGM did not tie to a
+    test, error (held) when it could not run.
     """
-    check = f"burnin.dcgm_diag_r{level}"
-    expected = "every test Pass or Skip"
+    check = DCGM_CHECK
+    expected = f"every test Pass or Skip in dcgmi diag -r {level}"
     res = runner.run(node, f"dcgmi diag -r {level} -j", timeout=DCGM_TIMEOUTS.get(level, 3600))
     early = _not_concluded(node, check, res, expected)
     if early:
@@ -134,30 +125,28 @@ def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResu
         ]
     raw = res.evidence()
     failed: list[CheckResult] = []
-    for t in diag.failed:
-        gpus = sorted({r.gpu for r in t.results if r.status == "Fail" and r.gpu is not None})
-        said = _explanations(t, gpus)
-        if not gpus:  # a deployment test reports no GPU; its message often names one
-            found = {int(g) for m in said for g in re.findall(r"\bGPU (\d+)\b", m)}
-            gpus = sorted(found)
-        on = f" on GPU {','.join(str(g) for g in gpus)}" if gpus else ""
+    for f in checks.dcgm_failures(diag):
+        t = f.test
+        on = f" on GPU {','.join(str(g) for g in f.gpus)}" if f.gpus else ""
         failed.append(
             CheckResult(
                 node=node,
-                check=dcgm_check_name(t.name, gpus),
+                check=f"{check}[{f.instance}]",
                 status=Status.FAIL,
                 measured=f"{t.category} / {t.name}: Fail{on}",
                 expected=f"Pass in dcgmi diag -r {level}",
                 evidence=excerpt(
-                    raw, [f'"{t.name}"', f"| {t.name} ", *_needles(said, raw), *diag.errors[:2]]
+                    raw, [f'"{t.name}"', f"| {t.name} ", *_needles(f.said, raw), *diag.errors[:2]]
                 ),
                 duration_s=res.duration_s,
                 tier=Tier.BURNIN,
-                message=("; ".join(said) or f"DCGM gave no explanation for {t.name}")[:500],
+                message=("; ".join(f.said) or f"DCGM gave no explanation for {t.name}")[:500],
+                action=f.action,
             )
         )
     if failed:
         return failed
+    outcome = checks.dcgm_diag_passed(diag)
     warned = [t.name for t in diag.tests if t.status == "Warn"]
     if diag.errors:
         status, measured = Status.FAIL, "; ".join(diag.errors)
@@ -177,6 +166,9 @@ def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResu
             duration_s=res.duration_s,
             tier=Tier.BURNIN,
             message="; ".join([*diag.errors, *said])[:500],
+            action=catalogue.result_action(
+                check, ok=outcome.ok, warn=outcome.warn_only, named=outcome.action
+            ),
         )
     ]
 
@@ -484,3 +476,101 @@ def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[Ch
         CheckResult(node=n, check=check, status=Status.PASS, measured=v, tier=Tier.BURNIN)
         for n, v in sorted(low.items())
     ]
+
+
+# --- fabric.counters across the validation ---------------------------------------------------
+
+#: Where the kernel exposes an HCA port's error counters (the node checker's ``fabric.counters``).
+COUNTER_DIR = "/sys/class/infiniband/{device}/ports/{port}/counters"
+_COUNTER_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/counters/(\w+):(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class CounterSample:
+    """One node's IB port error counters at one moment: ``{ib/<dev>/<port>/<name>: value}``,
+    or why they could not be read."""
+
+    node: str
+    at: float
+    values: dict[str, int]
+    evidence: str = ""
+    error: str = ""
+
+
+def counter_command(devices: Sequence[str], port: int = 1) -> str:
+    """One ``grep -H`` over every counter of ``devices`` (``path:value`` lines)."""
+    paths = [
+        f"{COUNTER_DIR.format(device=d, port=port)}/{name}"
+        for d in devices
+        for name in catalogue.COUNTER_NAMES
+    ]
+    return "grep -H . " + " ".join(shlex.quote(p) for p in paths)
+
+
+def parse_counter_sample(text: str) -> dict[str, int]:
+    """``path:value`` lines -> ``{ib/<dev>/<port>/<name>: value}`` (other lines ignored)."""
+    out = {}
+    for line in text.splitlines():
+        m = _COUNTER_LINE.match(line.strip())
+        if m:
+            out[f"ib/{m[1]}/{m[2]}/{m[3]}"] = int(m[4])
+    return out
+
+
+def sample_counters(
+    runner: CommandRunner, node: str, devices: Sequence[str], *, now: Callable[[], float]
+) -> CounterSample:
+    """Read ``devices``' port 1 error counters on ``node`` (one SSH command, 30 s at most)."""
+    res = runner.run(node, counter_command(devices), timeout=30)
+    values = parse_counter_sample(res.stdout)
+    want = {f"ib/{d}/1/{n}" for d in devices for n in catalogue.COUNTER_NAMES}
+    missing = sorted(want - set(values))
+    error = ""
+    if res.timed_out or res.unreachable:
+        error = "counters not read: " + ("timed out" if res.timed_out else "node unreachable")
+    elif missing:
+        error = f"counters not readable: {', '.join(missing[:4])}" + (
+            f" (+{len(missing) - 4})" if len(missing) > 4 else ""
+        )
+    return CounterSample(node, now(), values, res.evidence(), error)
+
+
+def counter_results(
+    before: CounterSample, after: CounterSample, *, level: Tier, maxima: Mapping[str, int]
+) -> CheckResult:
+    """``fabric.counters`` over the validation: the node checker's judge, growth from before
+    burn-in to after the last level (a counter that went down was reset: from zero)."""
+    check = "fabric.counters"
+    node = before.node
+    if before.error or after.error:
+        return CheckResult(
+            node,
+            check,
+            Status.ERROR,
+            expected="counters readable before and after",
+            evidence=after.evidence if after.error else before.evidence,
+            tier=level,
+            message=before.error or after.error,
+        )
+    deltas = {
+        key: float(value - before.values[key] if value >= before.values[key] else value)
+        for key, value in after.values.items()
+        if key in before.values
+    }
+    window = max(after.at - before.at, 0.0)
+    outcome = checks.counter_growth(deltas, maxima, window_s=window)
+    evidence = "\n".join(
+        f"{k} = {after.values[k]} (+{d:g} since before burn-in)" for k, d in sorted(deltas.items())
+    )
+    return CheckResult(
+        node,
+        check,
+        Status.PASS if outcome.ok else Status.FAIL,
+        measured=outcome.measured,
+        expected=outcome.expected,
+        evidence=evidence,
+        duration_s=window,
+        tier=level,
+        message=outcome.detail,
+        action=catalogue.result_action(check, ok=outcome.ok, warn=False, named=outcome.action),
+    )

@@ -10,7 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuforge.validate.parsers.dcgmi import DcgmDiag
+from gpuforge.validate import catalogue
+from gpuforge.validate.parsers import xid
+from gpuforge.validate.parsers.dcgmi import DcgmDiag, DiagTest
 from gpuforge.validate.parsers.ibstat import IbstatReport
 from gpuforge.validate.parsers.nvidia_smi_common import GpuInfo, NvidiaSmiReport
 from gpuforge.validate.parsers.nvidia_smi_csv import NvidiaSmiCsv
@@ -33,8 +35,6 @@ BENIGN_CLOCK_REASONS = frozenset(
         "none",
     }
 )
-
-_XID = re.compile(r"NVRM: Xid \((?P<dev>[^)]*)\): (?P<xid>\d+),")
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,10 @@ def row_remap_healthy(report: NvidiaSmiReport) -> Outcome:
             bad.append(f"{_gpu_label(g, i)}: remap pending")
         if g.retired_pages_pending:
             bad.append(f"{_gpu_label(g, i)}: page retirement pending")
-    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure")
+    # A remap failure is Xid 64's fault (hardware), a pending remap Xid 63's (a GPU reset).
+    failed = any("remap failure" in b for b in bad)
+    act = lookup(64 if failed else 63).action.value if bad else ""
+    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure", action=act)
 
 
 def persistence_enabled(report: NvidiaSmiReport) -> Outcome:
@@ -346,25 +349,6 @@ def ib_ports(
     return out
 
 
-@dataclass(frozen=True)
-class XidEvent:
-    """One ``NVRM: Xid`` kernel message."""
-
-    device: str
-    xid: int
-    line: str
-
-
-def xid_events(kernel_log: str) -> list[XidEvent]:
-    """Every Xid line in a kernel log (dmesg or journalctl -k output, any prefix)."""
-    out = []
-    for line in kernel_log.splitlines():
-        m = _XID.search(line)
-        if m:
-            out.append(XidEvent(m["dev"], int(m["xid"]), line.strip()))
-    return out
-
-
 def no_hardware_xids(kernel_log: str) -> Outcome:
     """Judge the Xids in a kernel log by the Xid catalogue (``validate/data/xid_catalogue.yaml``).
 
@@ -378,28 +362,28 @@ def no_hardware_xids(kernel_log: str) -> Outcome:
 
     ``measured`` names each code with its GPU and action: ``79@0000:91:00=reboot``.
     """
-    events = xid_events(kernel_log)
+    events = xid.with_lines(kernel_log, xid.read(kernel_log))
     fallen = [ln for ln in kernel_log.splitlines() if "fallen off the bus" in ln]
-    drains: list[tuple[XidEvent, Action]] = []
-    watch: list[XidEvent] = []
-    for e in events:
+    drains: list[tuple[xid.XidEvent, str, Action]] = []
+    watch: list[tuple[xid.XidEvent, str]] = []
+    for e, line in events:
         entry = lookup(e.xid)
         if entry.action.drains and not entry.user_caused:
-            drains.append((e, entry.action))
+            drains.append((e, line, entry.action))
         elif entry.action is not Action.NONE:
-            watch.append(e)
-    flagged = sorted({f"{e.xid}@{e.device}={a.value}" for e, a in drains})
-    actions = [a for _, a in drains]
-    if fallen and 79 not in {e.xid for e, _ in drains}:
+            watch.append((e, line))
+    flagged = sorted({f"{e.xid}@{e.pci}={a.value}" for e, _, a in drains})
+    actions = [a for _, _, a in drains]
+    if fallen and 79 not in {e.xid for e, _, _ in drains}:
         flagged.append(f"fallen-off-the-bus={lookup(79).action.value}")
         actions.append(lookup(79).action)
     if actions:
-        detail = "\n".join([e.line for e, _ in drains][:5] + fallen[:2])
-        strongest = max(actions, key=lambda a: a.rank)
-        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=strongest.value)
+        detail = "\n".join([line for _, line, _ in drains][:5] + fallen[:2])
+        worst = max(actions, key=lambda a: a.rank)
+        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=worst.value)
     if watch:
-        seen = sorted({f"{e.xid}@{e.device}={lookup(e.xid).action.value}" for e in watch})
-        detail = "application or monitor-only Xids: " + "\n".join(e.line for e in watch[:5])
+        seen = sorted({f"{e.xid}@{e.pci}={lookup(e.xid).action.value}" for e, _ in watch})
+        detail = "application or monitor-only Xids: " + "\n".join(ln for _, ln in watch[:5])
         return Outcome(
             False, ",".join(seen), "no hardware Xid", detail, warn_only=True, action="monitor"
         )
@@ -448,6 +432,19 @@ def sysctl_conformance(
         booted.expected,
         f"/proc/sys is read-only and /etc/sysctl.d does not set the values: {booted.measured}",
     )
+
+
+#: Bytes of the IPoIB encapsulation header (RFC 4391), which datagram mode takes off the MTU.
+IPOIB_HEADER = 4
+
+
+def mtu_matches(measured: str | int | None, expected: int, *, link_layer: str) -> Outcome:
+    """A rail's netdev MTU is the declared one; IPoIB in datagram mode caps it at the IB MTU
+    less its 4-byte header, so on InfiniBand that value matches too."""
+    text = str(measured if measured is not None else "").strip()
+    got = int(text) if text.isdigit() else None
+    ok = got == expected or (link_layer.lower() == "infiniband" and got == expected - IPOIB_HEADER)
+    return Outcome(ok, got if got is not None else (text or None), expected)
 
 
 def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
@@ -501,6 +498,60 @@ def pinned_version(measured: str | None, expected: str) -> Outcome:
     return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
 
 
+#: The one query of installed packages (every path: the node checker, the acceptance suite, the
+#: upgrade query, drift): name, version, status, one package a line.
+DPKG_QUERY = ("dpkg-query", "-W", "-f=${Package}\\t${Version}\\t${db:Status-Status}\\n")
+
+
+def parse_installed(text: str) -> dict[str, str]:
+    """``{package: version}`` of the installed packages in a ``dpkg-query -W`` listing.
+
+    The status field may be ``${db:Status-Status}`` (``installed``), ``${db:Status-Abbrev}``
+    (``ii``, ``hi``: held, how the roles leave their pins; the second letter says installed) or
+    absent (``rpm -q`` output, which lists installed packages only).
+    """
+    out = {}
+    for line in text.splitlines():
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            continue
+        status = parts[2].strip() if len(parts) > 2 else ""
+        if status in ("", "installed") or (len(status) <= 3 and status[1:2] == "i"):
+            out[parts[0]] = parts[1]
+    return out
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric release of a (package) version: ``1:4.2.3-1`` -> (4, 2, 3)."""
+    text = version.strip().split(":", 1)[-1] if re.match(r"^\d+:", version.strip()) else version
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def package_version(
+    installed: Mapping[str, str], names: Sequence[str], pin: str | None = None
+) -> str | None:
+    """The version of the first of ``names`` installed (a trailing ``-``: a prefix followed by
+    digits, e.g. ``cuda-toolkit-``: of several side by side, the one matching ``pin``, else the
+    newest)."""
+    for name in names:
+        if name.endswith("-"):
+            found = sorted(
+                (
+                    v
+                    for k, v in installed.items()
+                    if k.startswith(name) and k[len(name) : len(name) + 1].isdigit()
+                ),
+                key=release,
+            )
+            match = [v for v in found if pin and pinned_version(v, pin).ok]
+            if match or found:
+                return (match or found)[-1]
+        elif name in installed:
+            return installed[name]
+    return None
+
+
 def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str]) -> Outcome:
     """Every pinned component's installed version matches (:func:`pinned_version`)."""
     bad = []
@@ -525,15 +576,75 @@ def services_active(states: Mapping[str, str]) -> Outcome:
     return Outcome(not bad, measured, "all active", "; ".join(bad))
 
 
+@dataclass(frozen=True)
+class DcgmFailure:
+    """One failed DCGM test: its GPUs, DCGM's own words for it and the action it calls for."""
+
+    test: DiagTest
+    gpus: tuple[int, ...]
+    said: tuple[str, ...]
+    action: str
+
+    @property
+    def instance(self) -> str:
+        """What the check name's brackets carry: ``pcie.gpu2`` (:func:`dcgm_instance`)."""
+        return dcgm_instance(self.test.name, self.gpus)
+
+
+def dcgm_instance(test: str, gpus: Sequence[int]) -> str:
+    """``PCIe`` on GPU 2 -> ``pcie.gpu2``; GPUs 0 to 5 ``pcie.gpu0-5``, GPUs 1 and 3
+    ``pcie.gpu1,gpu3``; no GPU: the test alone."""
+    runs: list[list[int]] = []
+    for g in sorted(set(gpus)):
+        if runs and g == runs[-1][-1] + 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    # consecutive GPUs as a range (gpu0-5), so that a test failing everywhere stays short
+    names = [f"gpu{r[0]}" if len(r) == 1 else f"gpu{r[0]}-{r[-1]}" for r in runs]
+    return f"{catalogue.slug(test)}.{','.join(names)}" if names else catalogue.slug(test)
+
+
+def _explanations(test: DiagTest, gpus: Sequence[int]) -> list[str]:
+    """DCGM's own words for a failed test: errors and warnings (else info) naming ``gpus``."""
+    said = [*test.errors, *test.warnings] or list(test.info)
+    mine = [m for m in said if any(re.search(rf"\bGPU {g}\b", m) for g in gpus)]
+    return list(dict.fromkeys(mine or said))
+
+
+def dcgm_failures(diag: DcgmDiag) -> list[DcgmFailure]:
+    """Each failed test with its GPUs (a deployment test reports none: the ones its message
+    names) and its action (:func:`gpuforge.validate.catalogue.dcgm_action`)."""
+    out = []
+    for t in diag.failed:
+        gpus = sorted({r.gpu for r in t.results if r.status == "Fail" and r.gpu is not None})
+        said = _explanations(t, gpus)
+        if not gpus:
+            gpus = sorted({int(g) for m in said for g in re.findall(r"\bGPU (\d+)\b", m)})
+        out.append(DcgmFailure(t, tuple(gpus), tuple(said), catalogue.dcgm_action(t.name)))
+    return out
+
+
 def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
-    """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``."""
-    failed = list(diag.failed)
+    """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``.
+
+    A failure's action is the strongest its failed tests call for (an error DCGM did not tie to
+    a test: the catalogue's default), the same on every path that runs the diagnostic.
+    """
+    failures = dcgm_failures(diag)
     warned = [t for t in diag.tests if t.status == "Warn"]
     measured = ", ".join(f"{t.name}={t.status}" for t in diag.tests)
-    if failed or diag.errors:
-        said = [m for t in failed for m in t.errors[:2]] + list(diag.errors[:2])
-        detail = "failed: " + ", ".join(t.name for t in failed)
-        return Outcome(False, measured, "every test Pass or Skip", "; ".join([detail, *said]))
+    if failures or diag.errors:
+        said = [m for f in failures for m in f.said[:2]] + list(diag.errors[:2])
+        detail = "failed: " + ", ".join(f.instance for f in failures)
+        actions = [f.action for f in failures] or [catalogue.DCGM_DEFAULT_ACTION]
+        return Outcome(
+            False,
+            measured,
+            "every test Pass or Skip",
+            "; ".join([detail, *said]),
+            action=catalogue.strongest(actions),
+        )
     if warned:
         said = [m for t in warned for m in t.warnings[:2]]
         detail = "warnings: " + "; ".join(said or [t.name for t in warned])

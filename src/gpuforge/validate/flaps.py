@@ -18,17 +18,20 @@ Two sources, per port:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from gpuforge.validate import catalogue
 from gpuforge.validate.checks import Outcome
 from gpuforge.validate.parsers.link_events import LinkEvent
 
+_PARAMS = catalogue.params("fabric.flaps")
 #: gpud's flap threshold: this many down/up cycles of one port inside the window are a flap.
-FLAP_CYCLES = 3
+FLAP_CYCLES = int(_PARAMS["flaps"])
 #: gpud's window for counting flap events.
-WINDOW = timedelta(hours=12)
+WINDOW = timedelta(hours=float(_PARAMS["window_h"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,7 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
 
 
 #: gpud's "drop": a port down for longer than this without coming back.
-DROP_AFTER = timedelta(minutes=4)
+DROP_AFTER = timedelta(seconds=float(_PARAMS["down_s"]))
 
 
 def dropped(
@@ -156,3 +159,25 @@ def dropped(
             f"{netdev} went down at {last.time.isoformat()} and has not come back (gpud: drop)",
         )
     return Outcome(True, f"down for {age:.0f} s", f"not down > {limit}")
+
+
+def judge_port(
+    events: Sequence[LinkEvent],
+    netdev: str,
+    *,
+    now: datetime,
+    boot: datetime | None,
+    link_downed: int | None,
+    params: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """The ``fabric.flaps`` judgement of one port, on every path: a drop, else the flap count.
+
+    ``params``: the check's thresholds (``flaps``, ``window_h``, ``down_s``), the catalogue's
+    when None (a node's health.yaml may override them).
+    """
+    p = {**_PARAMS, **(params or {})}
+    window = timedelta(hours=float(p["window_h"]))
+    found = count(events, netdev, now=now, boot=boot, link_downed=link_downed, window=window)
+    flapped = judge(found, threshold=int(p["flaps"]), window=window)
+    drop = dropped(events, netdev, now=now, down_s=float(p["down_s"]))
+    return drop if not drop.ok else flapped

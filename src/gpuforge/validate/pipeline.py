@@ -9,6 +9,7 @@ collective) is injected, so the whole pipeline runs in unit tests against fakes.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from gpuforge.errors import InputError
 from gpuforge.inventory.reader import ClusterView
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
-from gpuforge.validate import burnin, nccl
+from gpuforge.validate import burnin, catalogue, nccl
 from gpuforge.validate.conformance import SuiteRun, run_suite
 from gpuforge.validate.result import (
     BatchSummary,
@@ -82,6 +83,8 @@ class Deps:
     now: Callable[[], str] = field(
         default=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     )
+    #: Seconds on a monotonic clock (the counters' window).
+    clock: Callable[[], float] = time.monotonic
     #: Nodes whose sshd does not answer, with the reason (:mod:`gpuforge.reach`); they get one
     #: "unreachable" result instead of every check failing to connect.
     unreachable: Callable[[Sequence[str]], dict[str, str]] | None = None
@@ -121,14 +124,25 @@ def run_validation(
         results += not_run(missing, "conformance", "no result from suite")
 
     level = _LEVELS.index(opts.level)
+    before: dict[str, burnin.CounterSample] = {}
     if level >= 1 and not fatal:
         eligible = _still_eligible(hosts, results)
+        before = _sample_counters(view, eligible, opts, deps)
         results += _burnin(view, eligible, opts, deps, meta, known_good)
     if level >= 2 and not fatal:
         eligible = _still_eligible(hosts, results)
         node_results, multi_findings = _nccl(view, eligible, opts, deps, meta)
         results += node_results
         findings += multi_findings
+    if before:
+        # The node checker's fabric.counters, across burn-in and NCCL: a port whose error
+        # counters climb under load is not admitted, however well it carried the traffic.
+        after = _sample_counters(view, list(before), opts, deps)
+        maxima = catalogue.params("fabric.counters")["max"]
+        results += [
+            burnin.counter_results(before[n], after[n], level=opts.level, maxima=maxima)
+            for n in before
+        ]
     meta["placement"] = view.placement(everyone)
     return BatchSummary.build(
         everyone,
@@ -145,6 +159,24 @@ def run_validation(
 def _still_eligible(hosts: Sequence[str], results: Sequence[CheckResult]) -> list[str]:
     """Nodes that have not failed yet (a failed node is not worth hours of burn-in)."""
     return [h for h in hosts if decide(h, results).verdict is not Verdict.QUARANTINE]
+
+
+def _sample_counters(
+    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps
+) -> dict[str, burnin.CounterSample]:
+    """Each InfiniBand node's rail port counters now (RoCE ports are not judged by them)."""
+    if str(view.topology.get("fabric", {}).get("kind") or "infiniband").lower() == "roce":
+        return {}
+    devices = {n: [str(r["device"]) for r in view.rails(n) if r.get("device")] for n in nodes}
+    wanted = [n for n in nodes if devices[n]]
+    if not wanted:
+        return {}
+
+    def one(node: str) -> burnin.CounterSample:
+        return burnin.sample_counters(deps.runner, node, devices[node], now=deps.clock)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(wanted)))) as pool:
+        return {s.node: s for s in pool.map(one, wanted)}
 
 
 def _pmap(

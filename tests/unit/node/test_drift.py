@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.node import drift
+from gpuforge.validate import checks
 
 NCCL_CONF = "NCCL_IB_HCA=mlx5_0,mlx5_1\n"
 
@@ -114,7 +115,7 @@ def test_a_node_as_recorded_has_no_drift(tmp_path: Path, node: FakeNode) -> None
     assert report.items == []
     assert report.errors == []
     assert report.compared == 8
-    assert report.check()["status"] == "pass"
+    assert report.check().status == "pass"
 
 
 def test_every_injected_drift_is_named_with_desired_and_actual(
@@ -136,9 +137,9 @@ def test_every_injected_drift_is_named_with_desired_and_actual(
         ("module", "nvidia_peermem", "loaded", "not loaded"),
     }
     check = report.check()
-    assert check["status"] == "fail"
-    assert check["action"] == "quarantine"
-    assert "package=1" in check["measured"]
+    assert check.status == "fail"
+    assert check.action == "quarantine"
+    assert "package=1" in str(check.measured)
 
 
 def test_a_missing_file_and_a_removed_limit_line_are_drift(tmp_path: Path, node: FakeNode) -> None:
@@ -155,7 +156,7 @@ def test_a_probe_that_cannot_run_is_an_error_not_drift(tmp_path: Path, node: Fak
     report = drift.run(tmp_path, node)
     assert report.items == []
     assert any("lsmod" in e for e in report.errors)
-    assert report.check()["status"] == "error"
+    assert report.check().status == "error"
 
 
 def test_a_corrupt_expected_file_is_an_error_naming_it(tmp_path: Path, node: FakeNode) -> None:
@@ -171,7 +172,7 @@ def test_a_corrupt_expected_file_is_an_error_naming_it(tmp_path: Path, node: Fak
 
 
 def test_nothing_recorded_is_an_error_never_a_pass(tmp_path: Path, node: FakeNode) -> None:
-    assert drift.run(tmp_path / "absent", node).check()["status"] == "error"
+    assert drift.run(tmp_path / "absent", node).check().status == "error"
 
 
 def test_the_record_carries_the_drift_and_a_fail_verdict(tmp_path: Path, node: FakeNode) -> None:
@@ -248,7 +249,7 @@ def test_a_sysctl_that_cannot_be_read_is_an_error_not_drift(tmp_path: Path, node
     report = drift.run(tmp_path, node)
     assert report.items == []
     assert report.errors == ["sysctl: net.core.rmem_max: Permission denied"]
-    assert report.check()["status"] == "error"
+    assert report.check().status == "error"
 
 
 def test_boot_values_are_read_as_systemd_sysctl_does(tmp_path: Path) -> None:
@@ -279,7 +280,7 @@ def test_held_packages_are_installed() -> None:
         "nvidia-driver\t570.133.20-1\trc \n"  # removed, config files left
         "gone\t\tun \n"
     )
-    assert drift.parse_dpkg(out) == {
+    assert checks.parse_installed(out) == {
         "libnccl2": "2.26.2-1+cuda12.8",
         "libnccl-dev": "2.26.2-1+cuda12.8",
     }

@@ -7,8 +7,7 @@ from pathlib import Path
 from gpuforge.node import config as cfg
 from gpuforge.node import engine
 from gpuforge.node import state as st
-from gpuforge.node.probes import Result
-from gpuforge.node.record import Request, verdict_of
+from gpuforge.node.record import CheckRecord, Request, verdict_of
 
 
 def _config(extra: str = "") -> cfg.HealthConfig:
@@ -16,15 +15,15 @@ def _config(extra: str = "") -> cfg.HealthConfig:
 
 
 def _run(
-    config: cfg.HealthConfig, state: st.State, *results: Result
+    config: cfg.HealthConfig, state: st.State, *results: CheckRecord
 ) -> tuple[list[str], Request | None]:
     checks, request = engine.hysteresis(list(results), config, state, update=True)
     return [f"{c.check}:{c.status}:{c.streak}" for c in checks], request
 
 
-FAIL = Result("fabric.counters", "fail", "inspect", "ib/mlx5_0/1/symbol_error +50 > 10")
-PASS = Result("fabric.counters", "pass")
-ERROR = Result("fabric.counters", "error", detail="counters absent")
+FAIL = CheckRecord("fabric.counters", "fail", "inspect", "ib/mlx5_0/1/symbol_error +50 > 10")
+PASS = CheckRecord("fabric.counters", "pass")
+ERROR = CheckRecord("fabric.counters", "error", detail="counters absent")
 
 
 def test_fail_after_two_needs_two_consecutive_fails() -> None:
@@ -64,7 +63,7 @@ def test_pass_after_three_then_resume_until_answered() -> None:
 def test_shadow_check_is_recorded_but_never_drains_nor_counts() -> None:
     config = _config("checks:\n  gpu.xid: {shadow: true}\n")
     state = st.State()
-    xid = Result("gpu.xid", "fail", "reboot", "79@0000:91:00=reboot")
+    xid = CheckRecord("gpu.xid", "fail", "reboot", "79@0000:91:00=reboot")
     checks, request = engine.hysteresis([xid], config, state, update=True)
     assert request is None
     assert checks[0].shadow is True
@@ -74,10 +73,10 @@ def test_shadow_check_is_recorded_but_never_drains_nor_counts() -> None:
 
 def test_kill_switch_drops_a_latched_drain() -> None:
     state = st.State()
-    xid = Result("gpu.xid", "fail", "reboot")
+    xid = CheckRecord("gpu.xid", "fail", "reboot")
     assert _run(_config(), state, xid)[1] == Request("drain", "gpu.xid", "reboot", 0)
     killed = _config("checks:\n  gpu.xid: {enabled: false}\n")
-    checks, request = _run(killed, state, Result("gpu.xid", "skip", detail=engine.DISABLED))
+    checks, request = _run(killed, state, CheckRecord("gpu.xid", "skip", detail=engine.DISABLED))
     assert request == Request("resume")
     assert checks == ["gpu.xid:skip:0"]
 
@@ -88,16 +87,16 @@ def test_strongest_action_leads_the_drain_request() -> None:
     _, request = _run(
         config,
         state,
-        Result("software.versions", "fail", "quarantine"),
-        Result("gpu.xid", "fail", "reboot"),
-        Result("gpu.model", "fail", "inspect"),
+        CheckRecord("software.versions", "fail", "quarantine"),
+        CheckRecord("gpu.xid", "fail", "reboot"),
+        CheckRecord("gpu.model", "fail", "inspect"),
     )
     assert request == Request("drain", "gpu.model", "inspect", 2)
 
 
 def test_warn_and_monitor_never_drain() -> None:
     state = st.State()
-    _, request = _run(_config(), state, Result("gpu.xid", "warn", "monitor"))
+    _, request = _run(_config(), state, CheckRecord("gpu.xid", "warn", "monitor"))
     assert request is None
 
 
@@ -153,7 +152,7 @@ def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: P
 def test_no_resume_while_another_check_fails_below_its_threshold() -> None:
     config = _config()  # gpu.xid: fail_after 1; fabric.counters: fail_after 2
     state = st.State()
-    xid_fail, xid_pass = Result("gpu.xid", "fail", "reboot"), Result("gpu.xid", "pass")
+    xid_fail, xid_pass = CheckRecord("gpu.xid", "fail", "reboot"), CheckRecord("gpu.xid", "pass")
     assert _run(config, state, xid_fail, PASS)[1] == Request("drain", "gpu.xid", "reboot", 0)
     # The Xid is gone (say, after the reboot), but the counters fail once: not latched, yet the
     # node must not ask to return with a failing check.

@@ -38,8 +38,8 @@ def test_a_drifted_file_carries_its_diff_into_the_evidence(tmp_path: Path) -> No
     node.files["/etc/nccl.conf"] = "NCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=INFO\n"
     node.files["/etc/munge/munge.key"] = "other"
     check = drift.run(tmp_path, node).check()
-    assert check["status"] == "fail"
-    evidence = check["evidence"]
+    assert check.status == "fail"
+    evidence = check.evidence
     # the two sums first (as before), then each file's diff
     assert evidence.startswith("file /etc/munge/munge.key: desired 'sha256:")
     assert "--- /etc/nccl.conf (rendered by the role)\n+++ /etc/nccl.conf (on the node)" in evidence
@@ -52,7 +52,7 @@ def test_no_content_recorded_says_so(tmp_path: Path) -> None:
     _expected(tmp_path, {})
     node = FakeNode()
     node.files["/etc/nccl.conf"] = "changed\n"
-    evidence = drift.run(tmp_path, node).check()["evidence"]
+    evidence = drift.run(tmp_path, node).check().evidence
     assert "(no diff for /etc/nccl.conf: its rendered content is not recorded)" in evidence
     del node.files["/etc/nccl.conf"]
     path = tmp_path / "state" / "nccl.json"

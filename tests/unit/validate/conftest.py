@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 import pytest
 from tests.unit.conftest import real_fixture
@@ -51,3 +53,22 @@ class FakeRunner:
 @pytest.fixture
 def fake() -> FakeRunner:
     return FakeRunner()
+
+
+def counter_reply(
+    growth: Mapping[tuple[str, str, str], int] | None = None,
+) -> Callable[[str, str], CommandResult]:
+    """Answers ``burnin.counter_command``: every counter at 0 on the first read of a host, then
+    up by ``growth[(host, device, counter)]`` on each later read."""
+    reads: Counter[str] = Counter()
+
+    def reply(host: str, command: str) -> CommandResult:
+        reads[host] += 1
+        lines = []
+        for path in shlex.split(command)[3:]:  # grep -H . PATH...
+            parts = path.split("/")  # /sys/class/infiniband/<dev>/ports/<port>/counters/<name>
+            step = (growth or {}).get((host, parts[4], parts[-1]), 0)
+            lines.append(f"{path}:{step * (reads[host] - 1)}")
+        return CommandResult(host, command, 0, "\n".join(lines) + "\n")
+
+    return reply

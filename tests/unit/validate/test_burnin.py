@@ -19,7 +19,7 @@ def test_dcgm_pass_real_a100_r2(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi diag -r 2", real("dcgmi/awsome-p4de-a100-80gb-dcgmi-diag-r2-pass.txt"))
     [r] = burnin.dcgm_diag(fake, "n1", level=2)
     assert r.status is Status.PASS, r
-    assert r.check == "burnin.dcgm_diag_r2"
+    assert r.check == "gpu.dcgm_diag"
     assert fake.calls[0][2] == 600
 
 
@@ -28,7 +28,7 @@ def test_dcgm_targeted_power_fail_names_gpu(fake: FakeRunner) -> None:
     fake.on("n1", "dcgmi diag -r 3", text, rc=226)
     [r] = burnin.dcgm_diag(fake, "n1", level=3)
     assert r.status is Status.FAIL
-    assert r.check == "dcgm.targeted_power[gpu1]"
+    assert r.check == "gpu.dcgm_diag[targeted_power.gpu1]"
     assert "Targeted Power" in str(r.measured)
     assert "GPU 1" in str(r.measured)
     # DCGM's own explanation, from the Warning row (the table wraps it mid-word)
@@ -215,11 +215,18 @@ def test_ib_write_bw_rail_odd_node_out_meets_an_admitted_node_in_round_one() -> 
 
 
 def test_dcgm_check_names_fold_consecutive_gpus() -> None:
-    assert burnin.dcgm_check_name("PCIe", [2]) == "dcgm.pcie[gpu2]"
-    assert burnin.dcgm_check_name("Persistence Mode", range(6)) == "dcgm.persistence_mode[gpu0-5]"
-    assert burnin.dcgm_check_name("Targeted Power", [1, 3, 4]) == "dcgm.targeted_power[gpu1,gpu3-4]"
+    assert burnin.dcgm_check_name("PCIe", [2]) == "gpu.dcgm_diag[pcie.gpu2]"
     assert (
-        burnin.dcgm_check_name("Page Retirement/Row Remap", []) == "dcgm.page_retirement_row_remap"
+        burnin.dcgm_check_name("Persistence Mode", range(6))
+        == "gpu.dcgm_diag[persistence_mode.gpu0-5]"
+    )
+    assert (
+        burnin.dcgm_check_name("Targeted Power", [1, 3, 4])
+        == "gpu.dcgm_diag[targeted_power.gpu1,gpu3-4]"
+    )
+    assert (
+        burnin.dcgm_check_name("Page Retirement/Row Remap", [])
+        == "gpu.dcgm_diag[page_retirement_row_remap]"
     )
 
 
@@ -229,5 +236,5 @@ def test_dcgm_deployment_failure_real_h200_names_the_gpus_from_the_message(
     text = real("dcgmi/azh200doc-h200-8gpu-dcgmi-diag-r1-persistence-fail.txt")
     fake.on("n1", "dcgmi diag", text, rc=1)
     [r] = burnin.dcgm_diag(fake, "n1", level=1)
-    assert r.check == "dcgm.persistence_mode[gpu0-5]"
+    assert r.check == "gpu.dcgm_diag[persistence_mode.gpu0-5]"
     assert r.message.startswith("Persistence mode for GPU 0 is currently disabled")

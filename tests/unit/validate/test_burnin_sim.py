@@ -26,32 +26,36 @@ def _dcgm(tmp_path: Path, faults: list[dict[str, object]]) -> list[burnin.CheckR
 
 
 @pytest.mark.parametrize(
-    ("fault", "check", "explanation"),
+    ("fault", "check", "explanation", "action"),
     [
         (
             {"kind": "pcie_downtrained", "gpu": 2, "gen": 3, "width": 16},
-            "dcgm.pcie[gpu2]",
+            "gpu.dcgm_diag[pcie.gpu2]",
             "GPU 2 is running at PCI link generation 3",
+            "inspect",  # reseat, as gpu.pcie_link
         ),
         (
             {"kind": "hbm_degraded", "gpu": 5, "factor": 0.8},
-            "dcgm.memory_bandwidth[gpu5]",
+            "gpu.dcgm_diag[memory_bandwidth.gpu5]",
             "GPU 5 only achieved a memory bandwidth of",
+            "reset_gpu",  # Xid 48's
         ),
         (
             {"kind": "throttle", "gpu": 6, "reason": "power"},
-            "dcgm.targeted_power[gpu6]",
+            "gpu.dcgm_diag[targeted_power.gpu6]",
             "GPU 6 Max power of",
+            "reboot",  # the catalogue's default for a DCGM test
         ),
     ],
 )
 def test_dcgm_failure_is_named_and_explained(
-    tmp_path: Path, fault: dict[str, object], check: str, explanation: str
+    tmp_path: Path, fault: dict[str, object], check: str, explanation: str, action: str
 ) -> None:
     results = _dcgm(tmp_path, [{"node": "gpu001", **fault}])
     failed = {r.check: r for r in results if r.status is Status.FAIL}
     assert check in failed, [r.check for r in results]
     r = failed[check]
+    assert r.action == action
     assert r.message.startswith(explanation)
     assert explanation in r.evidence  # cut around the explanation, not at the start
     assert len(r.evidence) <= EVIDENCE_MAX
@@ -59,12 +63,12 @@ def test_dcgm_failure_is_named_and_explained(
     assert check in verdict.reasons
     more = f"+{len(verdict.reasons) - 1}" if len(verdict.reasons) > 1 else ""
     assert verdict_reason(verdict) == f"gpuforge:{verdict.reasons[0]}{more}:quarantine"
-    assert "burnin.dcgm_diag_r3" not in verdict.reasons
+    assert "gpu.dcgm_diag" not in verdict.reasons
 
 
 def test_dcgm_healthy_is_one_pass(tmp_path: Path) -> None:
     [r] = _dcgm(tmp_path, [])
-    assert (r.check, r.status) == ("burnin.dcgm_diag_r3", Status.PASS)
+    assert (r.check, r.status) == ("gpu.dcgm_diag", Status.PASS)
 
 
 def test_dcgm_two_gpus_in_one_test(tmp_path: Path) -> None:
@@ -73,7 +77,7 @@ def test_dcgm_two_gpus_in_one_test(tmp_path: Path) -> None:
         {"node": "gpu001", "kind": "pcie_downtrained", "gpu": 6, "gen": 5, "width": 8},
     ]
     failed = [r for r in _dcgm(tmp_path, faults) if r.status is Status.FAIL]
-    assert [r.check for r in failed] == ["dcgm.pcie[gpu1,gpu6]"]
+    assert [r.check for r in failed] == ["gpu.dcgm_diag[pcie.gpu1,gpu6]"]
     assert "generation 4" in failed[0].message
     assert "width 8X" in failed[0].message
 

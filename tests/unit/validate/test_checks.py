@@ -11,14 +11,14 @@ from gpuforge.validate.parsers import nvidia_smi_xml, nvlink
 def test_xid_classification_real_logs() -> None:
     remap = checks.no_hardware_xids(real("kernel/mleng-a100-xid63-row-remapper.txt"))
     assert (remap.ok, remap.warn_only, remap.action) == (False, False, "reset_gpu")
-    assert remap.measured == "63@PCI:0000:10:1c=reset_gpu"
+    assert remap.measured == "63@0000:10:1c=reset_gpu"
     bus = checks.no_hardware_xids(real("kernel/gpud-readme-h100-xid79-sxid20034-blockquote.txt"))
     assert (bus.ok, bus.warn_only, bus.action) == (False, False, "reboot")
-    assert bus.measured == "79@PCI:0000:91:00=reboot"
+    assert bus.measured == "79@0000:91:00=reboot"
     # 629 x Xid 13 and 7 x Xid 43 are application faults: a warning, never a drain
     app = checks.no_hardware_xids(real("kernel/gpud-dmesg-decode-iso-xid13-xid43.txt"))
     assert (app.ok, app.warn_only, app.action) == (False, True, "monitor")
-    assert app.measured == "13@PCI:0000:38:00=monitor,43@PCI:0000:38:00=monitor"
+    assert app.measured == "13@0000:38:00=monitor,43@0000:38:00=monitor"
     # Xid 45 alone is a follow-on report (action none): passes
     follow = checks.no_hardware_xids(
         real("kernel/ogkm-issue1150-xid45-after-xid145-149-nvlink-excerpt.txt")
@@ -38,7 +38,7 @@ def test_xid_strongest_action_wins_and_application_xids_do_not_drain() -> None:
     )
     both = checks.no_hardware_xids(log)
     assert (both.ok, both.action) == (False, "reboot")
-    assert both.measured == "79@PCI:0000:3b:00=reboot,95@PCI:0000:1b:00=reset_gpu"
+    assert both.measured == "79@0000:3b:00=reboot,95@0000:1b:00=reset_gpu"
     unknown = checks.no_hardware_xids("[  1.0] NVRM: Xid (PCI:0000:01:00): 9999, new\n")
     assert (unknown.ok, unknown.warn_only, unknown.action) == (False, True, "monitor")
     assert checks.no_hardware_xids("[  1.0] usb 1-1: new device\n").ok

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import FakeRunner, real
+from conftest import FakeRunner, counter_reply, real
 from tests.unit.slurm.fake import FakeSlurm
 
 import gpuforge.cli.validate as cli_validate
@@ -99,6 +99,7 @@ def wiring(
     unreachable: Sequence[str] = (),
     slow_nccl: Sequence[str] = (),
     drained: dict[str, str] | None = None,
+    counter_growth: Mapping[tuple[str, str, str], int] | None = None,
     fake: FakeRunner,
 ) -> tuple[pipeline.Wiring, FakeSlurm]:
     view = pipeline.ClusterView.load(topology(tmp), hostvars)
@@ -107,6 +108,7 @@ def wiring(
     fake.on("*", "dcgmi diag", DCGM_OK)
     fake.on("*", "ib_write_bw", IB_BW)
     fake.on("*", "all_reduce_perf", NCCL_OK)
+    fake.on_call("*", "/sys/class/infiniband/", counter_reply(counter_growth))
 
     def collective(v: pipeline.ClusterView, nodes: Sequence[str], opts: pipeline.Options):
         def run(group: tuple[str, ...]) -> float:
@@ -208,6 +210,42 @@ def test_full_level_finds_burn_and_nccl_culprits(tmp_path: Path, monkeypatch, fa
     assert any("all_reduce_perf" in c and "-g 8" in c for c in commands)
     page = (tmp_path / "out" / "report.html").read_text()
     assert "8-GPU all_reduce busbw per node" in page
+
+
+def test_a_port_whose_error_counters_climb_during_validation_is_not_admitted(
+    tmp_path: Path, monkeypatch, fake
+) -> None:
+    """Active, full rate, bandwidth passing, but rail 1's symbol errors climb by hundreds under
+    burn-in and NCCL: the node checker's fabric.counters (same name, same action) quarantines it."""
+    w, sl = wiring(tmp_path, fake=fake, counter_growth={("gpu02", "mlx5_1", "symbol_error"): 300})
+    res = invoke(monkeypatch, w, tmp_path, "--level", "full", "--gpu-burn-seconds", "5", "--drain")
+    assert res.exit_code == 1, res.output
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    verdicts = {n["node"]: n for n in data["nodes"]}
+    assert verdicts["gpu02"]["verdict"] == "quarantine"
+    assert verdicts["gpu02"]["reasons"] == ["fabric.counters"]
+    (counters,) = [r for r in verdicts["gpu02"]["results"] if r["check"] == "fabric.counters"]
+    assert counters["status"] == "fail"
+    assert counters["action"] == "inspect"  # the node checker's action for the same check
+    assert "ib/mlx5_1/1/symbol_error +300 > 10" in counters["measured"]
+    assert sl.nodes["gpu02"][1] == "gpuforge:fabric.counters:inspect"
+    # Every other node's counters were read before burn-in and after NCCL, and did not grow.
+    for node in set(NODES) - {"gpu02", "gpu03"}:
+        ok = [r for r in verdicts[node]["results"] if r["check"] == "fabric.counters"]
+        assert [r["status"] for r in ok] == ["pass"], node
+    reads = [h for h, c, _ in fake.calls if "/sys/class/infiniband/" in c]
+    assert reads.count("gpu02") == 2
+
+
+def test_unreadable_counters_hold_a_node_never_drain_it(tmp_path: Path, monkeypatch, fake) -> None:
+    fake.on("gpu04", "/sys/class/infiniband/", "", rc=2, stderr="grep: No such file")
+    w, sl = wiring(tmp_path, fake=fake)
+    res = invoke(monkeypatch, w, tmp_path, "--level", "burnin", "--gpu-burn-seconds", "5")
+    data = json.loads((tmp_path / "out" / "validation.json").read_text())
+    gpu04 = next(n for n in data["nodes"] if n["node"] == "gpu04")
+    assert gpu04["verdict"] == "hold", res.output
+    assert gpu04["reasons"] == ["fabric.counters"]
+    assert sl.nodes["gpu04"] == ("IDLE", "")
 
 
 def test_limit_and_phase_are_exclusive(tmp_path: Path, monkeypatch, fake) -> None:

@@ -23,7 +23,8 @@ def _suite(tmp_path: Path, faults: list[dict[str, object]], select: str) -> dict
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}:{env.get('PATH', '')}",
-        PYTHONPATH=str(SIM),
+        # This tree's gpuforge, not whichever the virtualenv installed.
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(SIM)]),
         GPUFORGE_SIM_STATE=str(state(faults, "gpu001", tmp_path)),
         GPUFORGE_SIM_RUN=str(tmp_path / "run"),
         GPUFORGE_SIM_REAL_DMESG="/nonexistent",

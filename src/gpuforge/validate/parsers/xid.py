@@ -119,6 +119,23 @@ def _strip(line: str) -> tuple[str, str | None]:
     return line, timestamp
 
 
+def read(text: str) -> XidReport | None:
+    """:func:`parse`, None for an empty text or one without a kernel-log line (nothing to judge)."""
+    try:
+        return parse(text)
+    except ParseError:
+        return None
+
+
+def with_lines(text: str, report: XidReport | None) -> list[tuple[XidEvent, str]]:
+    """Each Xid of ``report`` (read from ``text``) with its line, stripped: what a check quotes
+    and what the node keeps until a reboot."""
+    if report is None:
+        return []
+    lines = split_lines(text)
+    return [(e, lines[e.line - 1].strip()) for e in report.xids]
+
+
 def parse(text: str) -> XidReport:  # noqa: PLR0912 - one branch per kind of line the tool prints
     """Scan a kernel log; raise ParseError when the text is not a kernel log at all."""
     require_text(text, "kernel log (dmesg, journal or syslog)")
