@@ -47,17 +47,14 @@ import numpy as np
 from gpuforge.predict.history import Event, History, SeriesKey, write_history
 from gpuforge.predict.score import (
     ECC_SBE,
-    GPU_TEMP,
     IB_LINK_DOWNED,
     IB_SYMBOL,
     PCIE_REPLAY,
     REMAP_CORRECTABLE,
     REMAP_PENDING,
-    SM_CLOCK,
 )
-from gpuforge.predict.signals import DAY_S, HOUR_S, FloatArray
+from gpuforge.predict.signals import DAY_S, GPU_TEMP, GPU_UTIL, HOUR_S, SM_CLOCK, FloatArray
 
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 #: 2026-10-05T00:00:00Z.
 DEFAULT_START = 1_791_158_400.0
 #: The failure modes of the held-out fleets.
@@ -407,7 +404,7 @@ class _Node:
             temp += np.clip(days - self.days_left, 0, None)[None, :] * per_day
         if self._is("failing", "thermal"):
             temp[g] += np.where(self.load > 0, float(rng.uniform(1.5, 3.5)) * self.age, 0.0)
-        return np.round(clock), np.round(temp)
+        return np.round(clock).astype(np.float64), np.round(temp).astype(np.float64)
 
 
 def main(argv: list[str] | None = None) -> int:
