@@ -306,7 +306,8 @@ def main() -> None:
     if not rows:
         return
     print(  # noqa: T201 - a benchmark prints
-        f"tuning generator (gpuforge.predict.generate): {NODES} nodes x {DAYS:g} days, 8 GPUs + 8 IB ports per node, 1 sample per "
+        f"tuning generator (gpuforge.predict.generate): {NODES} nodes x {DAYS:g} days, "
+        "8 GPUs + 8 IB ports per node, 1 sample per "
         f"5 min per metric ({int(rows[0]['samples']) / 1e9:.2f} G samples), {SEEDS} seeds"
     )
     header = (
