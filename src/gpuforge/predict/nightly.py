@@ -87,7 +87,8 @@ def drained_tonight(record: AdmissionRecord, *, shadow: bool, now: float) -> int
     count = 0
     for row in record.actions(since=now - NIGHT_S, action="drain"):
         a = row.action
-        if row.source == SOURCE and a.changed and a.shadow == shadow:
+        # a shadow decision changes nothing (changed is false): it counts in shadow mode
+        if row.source == SOURCE and a.shadow == shadow and (a.changed or shadow):
             count += a.reason.startswith(PREDICTED_PREFIX)
     return count
 
