@@ -2,24 +2,25 @@
 
 Signals (names are stable: they appear in reasons, drains and the scorecard):
 
-* ``ecc_sbe_rate``, ``pcie_replay``, ``nvlink_crc``, ``ib_symbol_errors``: a counter's rate in
-  the last bin against its peers (robust z: median and MAD of the same metric among nodes of the
-  same ``node_type``) and its trend over the window (Theil-Sen). A rate high against the peers in
-  fewer than :data:`PERSISTENT_BINS` bins is a one-off burst: reported, weak, never a drain;
+* ``ecc_sbe_rate``, ``pcie_replay``, ``nvlink_crc``, ``ib_symbol_errors``: a counter's growth,
+  never its level: the last bin's rate against the node's own earlier rate and against its peers'
+  (same ``node_type`` and same GPU or port position; robust z on log rates with a minimum effect
+  size), rising only when it grew beyond Poisson noise in several bins; a steady high rate or a
+  one-off burst is reported weak. A counter that stopped growing has no finding;
 * ``ib_link_downed``: a port whose link went down repeatedly within the window;
 * ``row_remap``: remapped rows against NVIDIA's limits (512 per GPU; banks whose spare rows are
   low or gone, DCGM's bank histogram), their growth within the window, a pending remap;
-* ``thermal_drift``: one GPU warming more than the other GPUs of its node (which run the same
-  job, so a load change is no drift) and more than its rack (so a whole rack warming is not N
-  nodes at risk);
-* ``clock_low``: a GPU whose SM clock runs far below its peers';
+* ``thermal_drift``: one GPU warming against its node's other GPUs at the same samples (same
+  job, same load), persistently and more than its peers; a rack warming together is a facility
+  finding (``cooling``), not its nodes;
+* ``clock_low``: a GPU whose SM clock under load falls further behind its node's GPUs;
 * ``xid_recurrence``: Xid 13/31/43 (application-class) recurring on the same GPU, or a
   hardware Xid seen again; ``remediation_recurrence``: more than one remediation or health drain
   of the node within the window (NVSentinel's rule of thumb).
 
-A rack whose nodes warm together is a facility finding (``cooling``), and a leaf where most nodes
-see the same fabric errors is a ``fabric`` finding: their nodes are not scored for it.
-A node's score is the noisy-or of its strongest finding per signal, in [0, 1).
+A leaf where most nodes see the same fabric errors is a ``fabric`` finding. A node's evidence is
+the noisy-or of its strongest finding per signal; its score is that evidence calibrated
+(:func:`calibrated`) as the probability of a failure within the horizon.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gpuforge.predict.signals import (
     TEMP_EXCESS,
     TEMP_LOADED,
     Features,
+    Pending,
     Window,
     counter_features,
     gauge_features,
@@ -307,9 +309,8 @@ class FleetFeatures:
             self._pending[metric].append((list(subjects), t, x))
         if metric not in METRICS:
             return
-        if metric in GAUGES:
-            feats = gauge_features(t, x, self.window)
-        elif metric in REMAP_METRICS:
+        if metric in REMAP_METRICS or metric in GAUGES:
+            # gauges are scored from their joint features (below); alone they give coverage
             feats = level_features(t, x, self.window)
         else:
             feats = counter_features(t, x, self.window)
@@ -332,8 +333,14 @@ class FleetFeatures:
         self._node, self._pending = None, defaultdict(list)
         if node is None:
             return
-        for metric, (subjects, t, x) in joint_gauges(pending).items():
-            feats = gauge_features(t, x, self.window, nan_aware=True)
+        start, end = self.window.start, self.window.at
+        inside: Pending = defaultdict(list)
+        for metric, blocks in pending.items():  # only the window's samples matter
+            for subjects, t, x in blocks:
+                lo, hi = np.searchsorted(t, start, side="left"), np.searchsorted(t, end, "right")
+                inside[metric].append((subjects, t[lo:hi], x[:, lo:hi]))
+        for metric, (subjects, t, x) in joint_gauges(inside).items():
+            feats = gauge_features(t, x, self.window, nan_aware=True, slope=False)
             self._add_feats(node, metric, subjects, feats)
 
     def table(self, metric: str) -> _Table | None:

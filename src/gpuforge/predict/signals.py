@@ -119,7 +119,7 @@ def counter_features(t: FloatArray, x: FloatArray, window: Window) -> Features:
 
 
 def gauge_features(
-    t: FloatArray, x: FloatArray, window: Window, *, nan_aware: bool = False
+    t: FloatArray, x: FloatArray, window: Window, *, nan_aware: bool = False, slope: bool = True
 ) -> Features:
     """Mean per bin of gauges ``x`` (k x len(t)) sampled at ``t`` (sorted).
 
@@ -147,7 +147,7 @@ def gauge_features(
         bins = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
     return Features(
         bins=bins,
-        slope=theil_sen(bins),
+        slope=theil_sen(bins) if slope else np.full(k, np.nan),
         first=xw[:, 0].astype(np.float64),
         last=xw[:, -1].astype(np.float64),
         coverage=float(tw[-1] - tw[0]) / window.length,
