@@ -72,12 +72,10 @@ def _duration(r: _Reader, data: Mapping[str, Any], key: str, default: float) -> 
     if key not in data:
         return default
     value = data[key]
-    if not isinstance(value, str) or _DURATION.match(value.strip()) is None:
-        raise r.fail(key, "must be a duration like 7d, 12h, 30m or 90s")
-    seconds = parse_duration(value, key)
-    if seconds <= 0:
-        raise r.fail(key, "must be a duration > 0")
-    return seconds
+    match = _DURATION.match(value.strip()) if isinstance(value, str) else None
+    if match is None or float(match["n"]) <= 0:
+        raise r.fail(key, "must be a duration like 7d, 12h, 30m or 90s (> 0)")
+    return float(match["n"]) * _UNITS[match["unit"]]
 
 
 def parse(text: str, source: str = "predict.yaml") -> PredictPolicy:

@@ -50,6 +50,7 @@ def test_a_full_policy_file_reads_back() -> None:
         ("drain:\n  max_per_night: -1\n", "p.yaml:2: drain.max_per_night: must be an integer >= 0"),
         ("drain:\n  idle_only: sometimes\n", "p.yaml:2: drain.idle_only: must be true or false"),
         ("window: 7 days\n", "p.yaml:1: window: must be a duration"),
+        ("version: 1\nhorizon: 0d\n", "p.yaml:2: horizon: must be a duration"),
         ("version: 2\n", "p.yaml:1: version: must be 1"),
         ("drain: [1, 2]\n", "p.yaml:1: drain: must be a mapping"),
         ("drain:\n  shadow: true\n  shadow: false\n", "p.yaml:3: drain.shadow: duplicate key"),
