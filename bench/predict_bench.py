@@ -214,9 +214,10 @@ def _jsonl_path(seed: int) -> dict[str, Any]:
         }
 
 
-def _run_heldout() -> list[dict[str, Any]]:
+def _child_lines(args: list[str], what: str) -> list[dict[str, Any]]:
+    """Run this file with ``args`` in a fresh process; its JSON lines."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--heldout"],
+        [sys.executable, __file__, *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -224,8 +225,12 @@ def _run_heldout() -> list[dict[str, Any]]:
         cwd=REPO,
     )
     if proc.returncode != 0:
-        raise SystemExit(f"held-out fleets failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")
     return [dict(json.loads(line)) for line in proc.stdout.strip().splitlines()]
+
+
+def _run_heldout() -> list[dict[str, Any]]:
+    return _child_lines(["--heldout"], "held-out fleets")
 
 
 def _print_bins(title: str, rows: list[dict[str, Any]]) -> None:
@@ -274,17 +279,7 @@ def _heldout_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _run(seed: int) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", str(seed)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        cwd=REPO,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return _child_lines(["--child", str(seed)], f"seed {seed}")[-1]
 
 
 def _spread(values: list[float], fmt: str) -> str:
