@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from gpuforge.admission import AdmissionRecord, record_path
 from gpuforge.cli import main
 from gpuforge.errors import InputError
+from gpuforge.generate import write_cluster_inventory
 from gpuforge.health.fleet import Fleet
-from gpuforge.inventory.render import write_cluster_inventory
 from gpuforge.predict import nightly
 from gpuforge.predict.policy import DrainPolicy, load, parse
 from gpuforge.predict.score import Finding, NodeRisk, RiskReport
