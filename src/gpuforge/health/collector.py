@@ -456,13 +456,15 @@ def _one_line(text: str, limit: int = 1000) -> str:
 
 
 def _json_response(
-    start_response: StartResponse, status: int, body: Mapping[str, Any], *, close: bool = False
+    start_response: StartResponse, status: int, body: Mapping[str, Any], *, error: bool = False
 ) -> list[bytes]:
     data = json.dumps(body, sort_keys=True).encode()
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-    if close:
-        headers.append(("Connection", "close"))
-    start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+    line = f"{status} {HTTPStatus(status).phrase}"
+    if error:  # PEP 3333: a second start_response, before anything was sent, carries exc_info
+        start_response(line, headers, sys.exc_info())
+    else:
+        start_response(line, headers)
     return [data]
 
 
@@ -473,7 +475,7 @@ def wsgi_app(collector: Collector) -> WSGIApplication:
         with collector._lock:
             collector.counts["http"] += 1
         log.warning("%s: refused a request (%d): %s", peer, status, _one_line(error))
-        return _json_response(start_response, status, {"error": error}, close=True)
+        return _json_response(start_response, status, {"error": error})
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         peer = str(environ.get("REMOTE_ADDR", "?"))
@@ -502,7 +504,7 @@ def wsgi_app(collector: Collector) -> WSGIApplication:
             log.error("%s: %s %s failed: %s: %s (%s)", peer, method, path,
                       type(exc).__name__, _one_line(str(exc)), where)  # fmt: skip
             error = {"error": f"internal error: {type(exc).__name__}"}
-            return _json_response(start_response, 500, error, close=True)
+            return _json_response(start_response, 500, error, error=True)
 
     return app
 
@@ -518,6 +520,42 @@ class _QueueLog:
         if now - self._last >= 60.0:
             self._last = now
             log.info("http: every worker busy (%s)", message % args)
+
+
+class _WaitressLog:
+    """waitress's own log calls as one line each on the collector's log, never a traceback.
+
+    Its "Client disconnected while serving" is left out: the channel has said it (one line).
+    """
+
+    def log(self, level: int, message: str, *args: object, **_: object) -> None:
+        text = message % args if args else message
+        if text.startswith("Client disconnected while serving"):
+            return
+        exc = sys.exc_info()[1]
+        if exc is not None and level >= logging.ERROR:
+            text += f": {type(exc).__name__}: {exc}"
+        log.log(level, "http: %s", _one_line(text))
+
+    def debug(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.DEBUG, message, *args, **kw)
+
+    def info(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.INFO, message, *args, **kw)
+
+    def warning(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.WARNING, message, *args, **kw)
+
+    def error(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.ERROR, message, *args, **kw)
+
+    def exception(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.ERROR, message, *args, **kw)
+
+    critical = error
+
+
+_WAITRESS_LOG = _WaitressLog()
 
 
 class _Parser(HTTPRequestParser):  # type: ignore[misc]  # waitress has no type hints
@@ -554,7 +592,7 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
 
     parser_class = _Parser
     error_task_class = _ErrorTask
-    logger = log  # waitress's own line for a client gone while its request ran
+    logger = _WAITRESS_LOG
     _gone = False
 
     def handle_close(self) -> None:
@@ -566,20 +604,26 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
     def _say_why(self) -> None:
         peer = self.addr[0] if self.addr else "?"
         partial = self.request
-        idle = time.time() - self.last_activity >= self.adj.channel_timeout
-        if partial is not None and (partial.header_plus or partial.headers_finished):
-            got = partial.body_bytes_received if partial.body_rcv is not None else 0
-            log.warning(
-                "%s: connection closed mid-request (%s; %d of %d body bytes)",
-                peer,
-                f"nothing for {self.adj.channel_timeout} s" if idle else "the client went away",
-                got,
-                partial.content_length,
-            )
-        elif self.total_outbufs_len and not self.requests:
+        started = partial is not None and bool(partial.header_plus or partial.headers_finished)
+        if self.will_close or self.close_when_flushed:
+            # The collector closes it: after an answer that closes the connection (no line: the
+            # answer had its own), or a client that sent nothing complete for the idle timeout.
+            if started and time.time() - self.last_activity >= self.adj.channel_timeout:
+                log.warning("%s: connection closed: no complete request in %s s (%d bytes)",
+                            peer, self.adj.channel_timeout, self._received(partial))  # fmt: skip
+            return
+        if started:
+            log.warning("%s: connection closed mid-request (the client went away; %d of %d"
+                        " body bytes)", peer, self._received(partial),
+                        partial.content_length)  # fmt: skip
+        elif self.requests or self.total_outbufs_len:
+            # A request running stores its record; one not yet begun is not run (the node got
+            # no answer: it keeps the record in its spool and sends it again).
             log.warning("%s: the client went away before its answer was sent", peer)
-        # A request still running: waitress logs "Client disconnected while serving" when its
-        # answer cannot be written (one line).
+
+    @staticmethod
+    def _received(partial: Any) -> int:
+        return int(partial.body_bytes_received) if partial.body_rcv is not None else 0
 
     def handle_error(self) -> None:
         _, value, _ = sys.exc_info()
@@ -616,12 +660,14 @@ class CollectorServer:
             expose_tracebacks=False,
         )
         dispatcher = ThreadedTaskDispatcher()
+        dispatcher.logger = _WAITRESS_LOG
         dispatcher.queue_logger = _QueueLog()
         dispatcher.set_thread_count(threads)
         self._map: dict[int, Any] = {}
 
         class Server(TcpWSGIServer):  # type: ignore[misc]
             channel_class = _Channel
+            logger = _WAITRESS_LOG
 
         self._server = Server(wsgi_app(collector), map=self._map, dispatcher=dispatcher,
                               adj=adj, sockinfo=adj.listen[0])  # fmt: skip
