@@ -54,7 +54,7 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
-from gpuforge.node.record import from_json
+from gpuforge.node.record import from_dict
 from gpuforge.slurm import control
 
 log = logging.getLogger(__name__)
@@ -268,8 +268,10 @@ class Collector:
         except _Refusal as exc:
             return self._refuse(peer, exc.status, str(exc), exc.kind)
         node = record["node"]
+        # The body passed every check unchanged: stored as sent (no second serialisation).
+        text = intake.dumps(record) if notes else body.decode("utf-8")
         try:
-            self._writer.submit((record, intake.dumps(record))).result(timeout=STORE_WAIT_S)
+            self._writer.submit((record, text)).result(timeout=STORE_WAIT_S)
         except CONTENT_ERRORS as exc:
             # The record itself cannot be stored: the node drops it rather than resend it forever.
             return self._refuse(peer, HTTPStatus.BAD_REQUEST, f"not stored: {exc}", "malformed")
@@ -304,7 +306,7 @@ class Collector:
         """The record to store, its start time and what was left out of it; or :class:`_Refusal`."""
         try:
             taken = intake.canonical(body)
-            record = from_json(intake.dumps(taken.record), "record").to_dict()
+            record = from_dict(taken.record, "record").to_dict()
         except intake.Refused as exc:
             raise _Refusal(exc.status, str(exc), "malformed") from None
         except InputError as exc:

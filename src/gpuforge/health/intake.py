@@ -5,16 +5,17 @@ One pass at the edge (:func:`canonical`), before :func:`gpuforge.node.record.fro
 * the body is UTF-8 JSON without a byte order mark; a BOM, UTF-16 or UTF-32 (with or without a
   BOM, told by RFC 8259's null-byte pattern) or bytes that are not UTF-8 are refused (400) with
   the encoding named;
-* ``NaN``/``Infinity`` tokens, numbers beyond SQLite's 64-bit integers, floats that overflow to
-  infinity, number tokens over :data:`MAX_NUMBER_CHARS` characters, nesting deeper than
-  :data:`MAX_DEPTH`, keys over :data:`MAX_KEY` characters, duplicate keys and lone surrogates
-  are refused (400) naming the field, except where the schema allows the field to be absent:
-  there the field is *refused and named* and the record kept (an event's ``code``/``gpu``, a
-  check's ``measured``/``expected`` become null; a counter is left out);
+* ``NaN``/``Infinity`` tokens, integers beyond SQLite's 64 bits, floats that overflow to
+  infinity, nesting deeper than :data:`MAX_DEPTH`, keys over :data:`MAX_KEY` characters,
+  duplicate keys and lone surrogates are refused (400) naming the field, except where the schema
+  allows the field to be absent: there the field is *refused and named* and the record kept (an
+  event's ``code``/``gpu``, a check's ``measured``/``expected`` become null; a counter is left
+  out); an integer of more than 4,300 digits (Python's conversion limit) refuses the body;
 * strings over :data:`MAX_STRING` characters are clipped (head and tail kept), and named.
 
-The result is the record as a dict and the names of what was refused in it; the collector stores
-the canonical text (:func:`dumps`), never the bytes as received, so no reader meets a BOM.
+The result is the record as a dict and the names of what was refused in it. The collector stores
+the body as received only when the intake changed nothing in it (it passed every check above),
+else the canonical text (:func:`dumps`): no reader meets a BOM, a NaN or an unbounded value.
 
 Event caps (:class:`EventBudget`): at most ``per_record`` events of one record and
 ``per_node_hour`` of one node in an hour are stored; the rest are counted, not stored (the record
@@ -37,8 +38,6 @@ MAX_DEPTH = 16
 MAX_STRING = 8192
 #: Longest object key (a counter's name is about 30 characters).
 MAX_KEY = 256
-#: Longest number token: 20 digits hold any 64-bit integer; a float's exponent form is shorter.
-MAX_NUMBER_CHARS = 40
 #: SQLite's INTEGER range (what the history store can hold).
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 #: Default event caps (the collector's ``max_events_per_record`` / ``max_events_per_node_hour``).
@@ -64,7 +63,7 @@ class Intake:
 
 @dataclass(frozen=True, slots=True)
 class _Bad:
-    """A value the JSON held that the collector cannot take (a non-finite or overlong number)."""
+    """A value the JSON held that the collector cannot take (``NaN``, ``Infinity``)."""
 
     why: str
 
@@ -112,18 +111,6 @@ def encoding_problem(body: bytes) -> str | None:
     return None
 
 
-def _int(token: str) -> int | _Bad:
-    if len(token) > MAX_NUMBER_CHARS:
-        return _Bad(f"an integer of {len(token)} characters (at most 64 bits)")
-    return int(token)
-
-
-def _float(token: str) -> float | _Bad:
-    if len(token) > MAX_NUMBER_CHARS:
-        return _Bad(f"a number of {len(token)} characters (at most {MAX_NUMBER_CHARS})")
-    return float(token)
-
-
 def _constant(token: str) -> _Bad:
     return _Bad(f"{token} is not a JSON number")
 
@@ -149,14 +136,12 @@ def canonical(body: bytes) -> Intake:
     try:
         data = json.loads(
             body.decode("utf-8"),
-            parse_int=_int,
-            parse_float=_float,
             parse_constant=_constant,
             object_pairs_hook=_object,
         )
     except RecursionError:
         raise Refused(f"record: nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:
+    except ValueError as exc:  # an integer of more than 4,300 digits too (Python's limit)
         raise Refused(f"record: not valid JSON: {exc}") from None
     refused: list[str] = []
     return Intake(_walk(data, (), refused), tuple(refused))
@@ -182,9 +167,12 @@ _DROP = object()
 
 
 def _walk(value: Any, path: tuple[str | int, ...], refused: list[str]) -> Any:
-    if len(path) > MAX_DEPTH:
-        raise Refused(f"record: {_where(path)}: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
+        if len(path) >= MAX_DEPTH:
+            raise Refused(f"record: {_where(path)}: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, list):
+            items = (_walk(item, (*path, i), refused) for i, item in enumerate(value))
+            return [item for item in items if item is not _DROP]
         out: dict[str, Any] = {}
         for key, item in value.items():
             if len(key) > MAX_KEY or not _utf8(key):
@@ -192,13 +180,13 @@ def _walk(value: Any, path: tuple[str | int, ...], refused: list[str]) -> Any:
                     f"record: {_where(path)}: a key of {len(key)} characters"
                     f" (at most {MAX_KEY}, UTF-8)"
                 )
+            if _plain(item):  # the common case, without building the item's path
+                out[key] = item
+                continue
             kept = _walk(item, (*path, key), refused)
             if kept is not _DROP:
                 out[key] = kept
         return out
-    if isinstance(value, list):
-        items = (_walk(item, (*path, i), refused) for i, item in enumerate(value))
-        return [item for item in items if item is not _DROP]
     why = _problem(value)
     if why is None:
         if isinstance(value, str) and len(value) > MAX_STRING:
@@ -212,12 +200,27 @@ def _walk(value: Any, path: tuple[str | int, ...], refused: list[str]) -> Any:
     return _DROP if action == "drop" else None
 
 
+def _plain(value: object) -> bool:
+    """A scalar that needs nothing done: None, a bool, a short ASCII string, an int64, a float."""
+    if isinstance(value, str):
+        return len(value) <= MAX_STRING and value.isascii()
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return INT_MIN <= value <= INT_MAX
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return False
+
+
 def _problem(value: object) -> str | None:
     """Why a JSON scalar cannot be stored, or None."""
     if isinstance(value, _Bad):
         return value.why
     if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        return f"{value} is beyond a 64-bit integer"
+        digits = str(value)
+        shown = digits if len(digits) <= 30 else f"an integer of {len(digits.lstrip('-'))} digits"
+        return f"{shown} is beyond a 64-bit integer"
     if isinstance(value, float) and not math.isfinite(value):
         return "a number too large for a 64-bit float"
     if isinstance(value, str) and not _utf8(value):

@@ -396,12 +396,19 @@ def test_duplicate_keys_and_lone_surrogates_are_refused(served: Served) -> None:
     assert status == 400 and "config_digest" in body["error"]
 
 
-def test_the_stored_text_is_canonical_not_as_received(served: Served) -> None:
+def test_the_stored_text_is_as_sent_when_unchanged_else_canonical(served: Served) -> None:
     url, _, collector = served
-    status, _ = post(url, b"  \n" + json.dumps(record("gpu01"), indent=4).encode() + b"\n\n")
+    sent = b"  \n" + json.dumps(record("gpu01"), indent=4).encode() + b"\n"
+    status, _ = post(url, sent)
     assert status == 200
+    assert collector.store.latest()["gpu01"].record_json == sent.decode()
+    rec = record("gpu01", at=T0 + 1)
+    rec["checks"][0]["measured"] = float("nan")  # json.dumps writes NaN: not JSON
+    status, body = post(url, json.dumps(rec).encode())
+    assert status == 200 and body["refused"]
     text = collector.store.latest()["gpu01"].record_json
     assert text == intake.dumps(json.loads(text))
+    assert json.loads(text)["checks"][0]["measured"] is None
 
 
 @pytest.mark.parametrize(
