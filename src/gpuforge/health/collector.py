@@ -41,7 +41,7 @@ from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.health import intake
@@ -589,11 +589,23 @@ class _ErrorTask(ErrorTask):  # type: ignore[misc]
         self.write(body)
 
 
+class _Task(WSGITask):  # type: ignore[misc]
+    """A request's task: marks its request answered as the answer's last bytes go out."""
+
+    def write(self, data: bytes) -> None:
+        length = self.content_length
+        if length is not None and self.content_bytes_written + len(data) >= length:
+            self.channel.answered = self.request  # the client may read it and close at once
+        super().write(data)
+
+
 class _Channel(HTTPChannel):  # type: ignore[misc]
     """One connection: a client that goes away or stalls is one log line, never a traceback."""
 
     parser_class = _Parser
+    task_class = _Task
     error_task_class = _ErrorTask
+    answered: object = None
     logger = _WAITRESS_LOG
     _gone = False
 
@@ -618,7 +630,7 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             log.warning("%s: connection closed mid-request (the client went away; %d of %d"
                         " body bytes)", peer, self._received(partial),
                         partial.content_length)  # fmt: skip
-        elif self.requests or self.total_outbufs_len:
+        elif (self.requests and self.requests[0] is not self.answered) or self.total_outbufs_len:
             # A request running stores its record; one not yet begun is not run (the node got
             # no answer: it keeps the record in its spool and sends it again).
             log.warning("%s: the client went away before its answer was sent", peer)
