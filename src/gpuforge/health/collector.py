@@ -630,10 +630,16 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             log.warning("%s: connection closed mid-request (the client went away; %d of %d"
                         " body bytes)", peer, self._received(partial),
                         partial.content_length)  # fmt: skip
-        elif (self.requests and self.requests[0] is not self.answered) or self.total_outbufs_len:
+        elif self.requests and self.requests[0] is not self.answered:
             # A request running stores its record; one not yet begun is not run (the node got
             # no answer: it keeps the record in its spool and sends it again).
             log.warning("%s: the client went away before its answer was sent", peer)
+        else:
+            with self.outbuf_lock:  # a worker flushing an answer updates the count under it
+                unsent = self.total_outbufs_len
+            if unsent:
+                log.warning("%s: the client went away with %d bytes of its answer unsent",
+                            peer, unsent)  # fmt: skip
 
     @staticmethod
     def _received(partial: Any) -> int:
@@ -666,6 +672,7 @@ class CollectorServer:
             max_request_header_size=MAX_HEADER,
             inbuf_overflow=MAX_BODY + 1,  # a record stays in memory, never in a temporary file
             channel_timeout=IDLE_TIMEOUT_S,  # a slow or idle client is closed
+            cleanup_interval=IDLE_TIMEOUT_S / 2,  # looked for this often
             channel_request_lookahead=1,  # read on while a request runs: see a client go away
             connection_limit=CONNECTION_LIMIT,
             backlog=4096,  # slurmd starts every node's check at the same moment
