@@ -261,7 +261,8 @@ def test_a_client_gone_before_its_answer_is_one_line(
     wait_for(stored.is_set)
     wait_for(lambda: bool(gone(caplog)))
     time.sleep(0.2)
-    assert gone(caplog) == ["127.0.0.1: the client went away before its answer was sent"]
+    (line,) = gone(caplog)  # before its answer, or with part of it unsent: one line
+    assert line.startswith("127.0.0.1: the client went away")
     assert "gpu01" in collector.store.latest()
     still_serving(url)
 
