@@ -1,14 +1,22 @@
 """The collector: nodes push their health records here; it stores them and decides on requests.
 
 ``gpuforge health serve`` runs one :class:`Collector` per cluster (a systemd service on the
-controller; in the lab a background process on the lab network's gateway). HTTP, stdlib only:
+controller; in the lab a background process on the lab network's gateway). HTTP by ``waitress``
+(a WSGI server made for services: one event loop parses requests with size limits, worker threads
+run them), every body made canonical by :mod:`gpuforge.health.intake` first:
 
 * ``POST /v1/records``: one record (``gpuforge.record/1``, parsed by :mod:`gpuforge.node.record`)
-  -> ``200 {"decision": {...}}`` (:class:`~gpuforge.health.decide.Decision`); ``400`` a record
-  that does not parse (the error names the field), ``403`` a record for a node sent from any
-  address but that node's management address (no forged drains), ``411``/``413`` no or too long
-  a body, ``503`` the store could not take it (the node keeps it in its spool and sends it again);
+  -> ``200 {"decision": {...}}`` (:class:`~gpuforge.health.decide.Decision`, and ``"refused"``
+  naming the fields and events left out of the stored record); ``400`` a body or record the
+  collector will never take (the error names the encoding or the field), ``403`` a record for a
+  node sent from any address but that node's management address (no forged drains), ``411``/
+  ``413``/``431`` no or too long a body, too long headers, ``422`` a record dated beyond
+  ``max_future_s`` ahead (the node's clock is wrong), ``503`` the store could not take it now
+  (the node keeps it in its spool and sends it again: the node retries 408, 429 and 5xx only);
 * ``GET /v1/healthz``: ``{"status": "ok", ...}`` with queue depths and counts.
+
+Every refusal is one log line, a client gone mid-request or before its answer too; no log ever
+holds a traceback (waitress's own log calls are folded into one line each).
 
 Records go to a writer thread that stores each batch in one transaction (group commit: a request
 is answered only after its record is committed, so an answered record is never lost). Requests
