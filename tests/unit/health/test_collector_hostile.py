@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from gpuforge.health import intake
-from gpuforge.health.collector import MAX_BODY, Collector, make_server
+from gpuforge.health.collector import MAX_BODY, Collector
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import iso
 
 from ..history.records import T0, record
 from .conftest import MakeDecider
-from .test_collector import LOCAL, post, request
+from .test_collector import LOCAL, post, request, serving
 
 Served = tuple[str, int, Collector]
 
@@ -43,15 +43,8 @@ def served(
     fleet = Fleet("lab", ("gpu01", "gpu02"), {"gpu01": LOCAL, "gpu02": "10.231.0.12"}, leaves, {})
     collector = Collector(fleet, store, decider, metrics_dir=tmp_path / "textfile",
                           clock=lambda: T0)  # fmt: skip
-    collector.start()
-    server = make_server(collector, LOCAL, 0)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    port = server.server_address[1]
-    yield f"http://{LOCAL}:{port}", port, collector
-    server.shutdown()
-    server.server_close()
-    collector.stop()
+    with serving(collector) as url:
+        yield url, int(url.rsplit(":", 1)[1]), collector
     assert_no_traceback(caplog)
 
 
