@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import socket
 import sqlite3
 import sys
 import threading
@@ -671,23 +672,10 @@ class CollectorServer:
     """
 
     def __init__(self, collector: Collector, host: str, port: int, *, threads: int) -> None:
-        adj = Adjustments(
-            host=host,
-            port=port,
-            threads=threads,
-            ident="gpuforge-collector",
-            max_request_body_size=MAX_BODY + 1,  # waitress refuses a body of this size or more
-            max_request_header_size=MAX_HEADER,
-            inbuf_overflow=MAX_BODY + 1,  # a record stays in memory, never in a temporary file
-            channel_timeout=IDLE_TIMEOUT_S,  # a slow or idle client is closed
-            cleanup_interval=IDLE_TIMEOUT_S / 2,  # looked for this often
-            channel_request_lookahead=1,  # read on while a request runs: see a client go away
-            connection_limit=CONNECTION_LIMIT,
-            backlog=4096,  # slurmd starts every node's check at the same moment
-            asyncore_use_poll=True,  # select() stops at 1,024 descriptors
-            log_socket_errors=False,  # a client gone is one line from the channel, no traceback
-            expose_tracebacks=False,
-        )
+        try:
+            adj = _adjustments(host, port, threads)
+        except ValueError:  # waitress's word for a host that does not resolve
+            raise OSError(f"{host}: not an address to listen on (it does not resolve)") from None
         dispatcher = ThreadedTaskDispatcher()
         dispatcher.logger = _WAITRESS_LOG
         dispatcher.queue_logger = _QueueLog()
@@ -698,8 +686,13 @@ class CollectorServer:
             channel_class = _Channel
             logger = _WAITRESS_LOG
 
-        self._server = Server(wsgi_app(collector), map=self._map, dispatcher=dispatcher,
-                              adj=adj, sockinfo=adj.listen[0])  # fmt: skip
+        try:
+            self._server = Server(wsgi_app(collector), map=self._map, dispatcher=dispatcher,
+                                  adj=adj, sockinfo=_first_ipv4(adj.listen))  # fmt: skip
+        except OSError:
+            wasyncore.close_all(self._map)  # the socket and the trigger of a failed bind
+            dispatcher.shutdown(timeout=1)  # and no worker threads left behind
+            raise
         self._server.collector = collector
         self.server_address: tuple[str, int] = (
             str(self._server.effective_host),
@@ -728,6 +721,32 @@ class CollectorServer:
         """Close the listening socket and every connection; stop the workers."""
         wasyncore.close_all(self._map)
         self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+
+
+def _adjustments(host: str, port: int, threads: int) -> Adjustments:
+    """waitress's settings for the collector; ValueError when ``host`` does not resolve."""
+    return Adjustments(
+        host=host,
+        port=port,
+        threads=threads,
+        ident="gpuforge-collector",
+        max_request_body_size=MAX_BODY + 1,  # waitress refuses a body of this size or more
+        max_request_header_size=MAX_HEADER,
+        inbuf_overflow=MAX_BODY + 1,  # a record stays in memory, never in a temporary file
+        channel_timeout=IDLE_TIMEOUT_S,  # a slow or idle client is closed
+        cleanup_interval=IDLE_TIMEOUT_S / 2,  # looked for this often
+        channel_request_lookahead=1,  # read on while a request runs: see a client go away
+        connection_limit=CONNECTION_LIMIT,
+        backlog=4096,  # slurmd starts every node's check at the same moment
+        asyncore_use_poll=True,  # select() stops at 1,024 descriptors
+        log_socket_errors=False,  # a client gone is one line from the channel, no traceback
+        expose_tracebacks=False,
+    )
+
+
+def _first_ipv4(listen: list[Any]) -> Any:
+    """The first IPv4 address a host name resolves to (the nodes post to IPv4), else the first."""
+    return next((info for info in listen if info[0] == socket.AF_INET), listen[0])
 
 
 def make_server(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpuforge.health import intake
-from gpuforge.health.collector import MAX_BODY, Collector
+from gpuforge.health.collector import MAX_BODY, Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import iso
@@ -444,3 +444,18 @@ def test_intake_encoding_table() -> None:
     )
     with pytest.raises(intake.Refused, match="empty"):
         intake.canonical(b" \n")
+
+
+def test_an_address_that_cannot_be_served_is_an_os_error(make_decider: MakeDecider) -> None:
+    # `health serve` and conformance turn an OSError into "--listen ...: why", not a traceback.
+    decider, _, store = make_decider({"gpu01": "leaf-a"})
+    fleet = Fleet("lab", ("gpu01",), {"gpu01": LOCAL}, {"gpu01": "leaf-a"}, {})
+    collector = Collector(fleet, store, decider)
+    with pytest.raises(OSError, match="does not resolve"):
+        make_server(collector, "no-such-host.invalid", 0)
+    with socket.socket() as taken:
+        taken.bind((LOCAL, 0))
+        taken.listen()
+        with pytest.raises(OSError) as err:
+            make_server(collector, LOCAL, taken.getsockname()[1])
+    assert err.value.strerror
