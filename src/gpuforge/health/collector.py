@@ -632,7 +632,7 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             # The collector closes it: after an answer that closes the connection (no line: the
             # answer had its own), or a client that sent nothing complete for the idle timeout.
             if started and time.time() - self.last_activity >= self.adj.channel_timeout:
-                log.warning("%s: connection closed: no complete request in %s s (%d bytes)",
+                log.warning("%s: connection closed: no complete request in %s s (%d body bytes)",
                             peer, self.adj.channel_timeout, self._received(partial))  # fmt: skip
             return
         if started:
@@ -671,9 +671,11 @@ class CollectorServer:
     wait for the writer's group commit and the decider like the request threads did before.
     """
 
-    def __init__(self, collector: Collector, host: str, port: int, *, threads: int) -> None:
+    def __init__(
+        self, collector: Collector, host: str, port: int, *, threads: int, idle_timeout_s: int
+    ) -> None:
         try:
-            adj = _adjustments(host, port, threads)
+            adj = _adjustments(host, port, threads, idle_timeout_s)
         except ValueError:  # waitress's word for a host that does not resolve
             raise OSError(f"{host}: not an address to listen on (it does not resolve)") from None
         dispatcher = ThreadedTaskDispatcher()
@@ -723,7 +725,7 @@ class CollectorServer:
         self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
 
 
-def _adjustments(host: str, port: int, threads: int) -> Adjustments:
+def _adjustments(host: str, port: int, threads: int, idle_timeout_s: int) -> Adjustments:
     """waitress's settings for the collector; ValueError when ``host`` does not resolve."""
     return Adjustments(
         host=host,
@@ -733,8 +735,8 @@ def _adjustments(host: str, port: int, threads: int) -> Adjustments:
         max_request_body_size=MAX_BODY + 1,  # waitress refuses a body of this size or more
         max_request_header_size=MAX_HEADER,
         inbuf_overflow=MAX_BODY + 1,  # a record stays in memory, never in a temporary file
-        channel_timeout=IDLE_TIMEOUT_S,  # a slow or idle client is closed
-        cleanup_interval=IDLE_TIMEOUT_S / 2,  # looked for this often
+        channel_timeout=idle_timeout_s,  # a slow or idle client is closed
+        cleanup_interval=idle_timeout_s / 2,  # looked for this often
         channel_request_lookahead=1,  # read on while a request runs: see a client go away
         connection_limit=CONNECTION_LIMIT,
         backlog=4096,  # slurmd starts every node's check at the same moment
@@ -750,10 +752,15 @@ def _first_ipv4(listen: list[Any]) -> Any:
 
 
 def make_server(
-    collector: Collector, host: str, port: int, *, threads: int = THREADS
+    collector: Collector,
+    host: str,
+    port: int,
+    *,
+    threads: int = THREADS,
+    idle_timeout_s: int = IDLE_TIMEOUT_S,
 ) -> CollectorServer:
     """An HTTP server for ``collector`` bound to ``host:port`` (call ``serve_forever``)."""
-    return CollectorServer(collector, host, port, threads=threads)
+    return CollectorServer(collector, host, port, threads=threads, idle_timeout_s=idle_timeout_s)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

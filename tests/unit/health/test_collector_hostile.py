@@ -459,3 +459,34 @@ def test_an_address_that_cannot_be_served_is_an_os_error(make_decider: MakeDecid
         with pytest.raises(OSError) as err:
             make_server(collector, LOCAL, taken.getsockname()[1])
     assert err.value.strerror
+
+
+def test_a_slow_client_is_closed_after_the_idle_timeout_with_one_line(
+    make_decider: MakeDecider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    decider, _, store = make_decider({"gpu01": "leaf-a"})
+    fleet = Fleet("lab", ("gpu01",), {"gpu01": LOCAL}, {"gpu01": "leaf-a"}, {})
+    collector = Collector(fleet, store, decider, clock=lambda: T0)
+    collector.start()
+    server = make_server(collector, LOCAL, 0, idle_timeout_s=1)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    try:
+        slow = [socket.create_connection((LOCAL, port), timeout=10) for _ in range(20)]
+        for conn in slow:
+            conn.sendall(b"POST /v1/records HTTP/1.1\r\nHost: c\r\n")  # and nothing more
+        assert post(f"http://{LOCAL}:{port}", GOOD)[0] == 200  # they hold no worker
+        for conn in slow:
+            assert conn.recv(100) == b""  # closed by the collector within the timeout
+            conn.close()
+        wait_for(lambda: len(lines(caplog)) >= 20)
+        assert set(lines(caplog)) == {
+            "127.0.0.1: connection closed: no complete request in 1 s (0 body bytes)"
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.stop()
+    assert_no_traceback(caplog)
