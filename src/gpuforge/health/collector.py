@@ -156,7 +156,9 @@ class _Batcher(Generic[T, R]):
             try:
                 results = self._work([item for item, _ in batch])
             except Exception as exc:
-                log.error("%s: batch of %d failed: %s", self._thread.name, len(batch), exc)
+                # Each item that fails alone is reported by its caller (one line a request).
+                log.debug("%s: batch of %d failed: %s", self._thread.name, len(batch),
+                          _one_line(str(exc)))  # fmt: skip
                 self._one_by_one(batch)
                 continue
             self.batches += 1

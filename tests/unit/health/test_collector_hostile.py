@@ -490,3 +490,45 @@ def test_a_slow_client_is_closed_after_the_idle_timeout_with_one_line(
         server.server_close()
         collector.stop()
     assert_no_traceback(caplog)
+
+
+def test_the_nodes_spool_drains_past_records_the_collector_will_never_take(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The node's rule (node/output.py): 2xx sent, any other 4xx but 408/429 dropped, 408, 429,
+    # 5xx and network errors kept for the next run. Nothing hostile may block the spool.
+    from gpuforge.node import config as node_config  # noqa: PLC0415
+    from gpuforge.node import output  # noqa: PLC0415
+
+    url, _, collector = served
+    cfg = node_config.HealthConfig(
+        node="gpu01", collector=node_config.Collector(url, 5.0), state_dir=tmp_path / "state"
+    )
+    spool = output.spool_dir(cfg)
+    spool.mkdir(parents=True)
+    big_code = json.dumps(
+        record("gpu01", at=T0 - 10, events=[{"time": iso(T0), "event": "xid", "code": 2**70}])
+    )
+    bodies = {
+        "1-bom": b"\xef\xbb\xbf" + GOOD,
+        "2-utf16": GOOD.decode().encode("utf-16"),
+        "3-future": json.dumps(record("gpu01", at=T0 + 86400)).encode(),
+        "4-deep": b"[" * 200_000,
+        "5-code": big_code.encode(),
+        "6-good": GOOD,
+    }
+    for name, body in bodies.items():
+        (spool / f"{name}.json").write_bytes(body)
+    delivery = output.deliver(cfg, deadline=time.monotonic() + 30)
+    assert (delivery.sent, delivery.error) == (2, "")
+    assert output.spooled(cfg) == []
+    assert collector.store.latest()["gpu01"].verdict == "pass"
+
+    def full(*_: Any, **__: Any) -> Any:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(collector.store, "ingest", full)
+    (spool / "7-good.json").write_bytes(GOOD)
+    delivery = output.deliver(cfg, deadline=time.monotonic() + 30)
+    assert delivery.sent == 0 and "HTTP 503" in delivery.error
+    assert [p.name for p in output.spooled(cfg)] == ["7-good.json"]  # kept for the next run
