@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.health.auth import Authenticator
 from gpuforge.health.decide import Decider, Decision
 from gpuforge.health.fleet import (
     Fleet,
@@ -44,6 +45,7 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
+from gpuforge.node.output import MUNGE_HEADER
 from gpuforge.node.record import from_json
 from gpuforge.slurm import control
 
@@ -156,8 +158,10 @@ class Collector:
         max_batch: int = 1000,
         max_request_age_s: float = MAX_REQUEST_AGE_S,
         clock: Callable[[], float] = time.time,
+        auth: Authenticator | None = None,
     ) -> None:
         self.fleet = fleet
+        self.auth = auth  # None: the source address alone (tests, conformance's own collector)
         self.max_request_age_s = max_request_age_s
         self.store = store
         self.decider = decider
@@ -200,8 +204,10 @@ class Collector:
                 log.info("pruned history: %s", gone)
         return [1] * len(records)
 
-    def receive(self, body: bytes, peer: str) -> Answer:
-        """Handle one posted record from address ``peer``."""
+    def receive(  # noqa: PLR0911 - one answer per refusal
+        self, body: bytes, peer: str, credential: str | None = None
+    ) -> Answer:
+        """Handle one posted record from address ``peer`` with its munge ``credential``."""
         try:
             record = from_json(body, "record").to_dict()
         except InputError as exc:
@@ -217,6 +223,9 @@ class Collector:
                 HTTPStatus.FORBIDDEN,
                 {"error": f"a record for {node} is accepted only from {node}'s management address"},
             )
+        verdict = self.auth.check(node, expected, body, credential) if self.auth else None
+        if verdict is not None and not verdict.ok:
+            return Answer(verdict.status, {"error": verdict.error})
         try:
             self._writer.submit((record, body.decode())).result(timeout=STORE_WAIT_S)
         except (InputError, ValueError, TypeError, KeyError) as exc:
@@ -339,7 +348,8 @@ def make_server(collector: Collector, host: str, port: int) -> ThreadingHTTPServ
                 )
                 return
             body = self.rfile.read(int(length))
-            answer = collector.receive(body, self.client_address[0])
+            credential = self.headers.get(MUNGE_HEADER)
+            answer = collector.receive(body, self.client_address[0], credential)
             self._send(answer.status, answer.body)
 
         def log_message(self, format: str, *args: Any) -> None:
