@@ -29,15 +29,16 @@ import logging
 import os
 import re
 import shlex
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from gpuforge.command import CommandRunner, LocalRunner
+from gpuforge.command import CommandRunner
 from gpuforge.node.output import MUNGE_HEADER, MUNGE_PAYLOAD_VERSION
 
 log = logging.getLogger(__name__)
@@ -122,10 +123,11 @@ def parse_unmunge(stdout: bytes) -> Decoded:
 
 @dataclass(frozen=True)
 class Unmunge:
-    """Decodes credentials with ``unmunge`` through a command runner (local, or SSH to a host
-    that runs munged with the cluster's key), the credential on its stdin."""
+    """Decodes credentials with ``unmunge``, the credential on its stdin: here as a direct
+    subprocess (``runner`` None: no shell, the cheapest), or through a command runner (SSH to a
+    host that runs munged with the cluster's key, as in the lab)."""
 
-    runner: CommandRunner = field(default_factory=LocalRunner)
+    runner: CommandRunner | None = None
     host: str = "localhost"
     socket: Path | None = None
     timeout_s: float = UNMUNGE_TIMEOUT_S
@@ -138,20 +140,38 @@ class Unmunge:
         argv = ["unmunge", "--numeric"]
         if self.socket is not None:
             argv += ["--socket", str(self.socket)]
-        line = f"printf '%s\\n' {shlex.quote(credential)} | {shlex.join(argv)}"
-        result = self.runner.run(self.host, line, timeout=self.timeout_s)
-        if result.timed_out:
-            raise DecodeError(f"unmunge timed out after {self.timeout_s:g} s on {self.host}")
+        if self.runner is None:
+            rc, stdout, stderr = self._here(argv, credential)
+        else:
+            line = f"printf '%s\\n' {shlex.quote(credential)} | {shlex.join(argv)}"
+            result = self.runner.run(self.host, line, timeout=self.timeout_s)
+            if result.timed_out:
+                raise DecodeError(f"unmunge timed out after {self.timeout_s:g} s on {self.host}")
+            rc, stdout, stderr = result.rc, result.stdout.encode(), result.stderr
         try:
-            return parse_unmunge(result.stdout.encode())
+            return parse_unmunge(stdout)
         except ValueError:
-            why = (result.stderr.strip().splitlines() or [f"rc={result.rc}"])[-1][:200]
+            why = (stderr.strip().splitlines() or [f"rc={rc}"])[-1][:200]
             # unmunge exits with munge's error number: one of the credential's (a bad
             # armour, a bad version) is the credential's fault, anything else the decoder's.
-            rc = result.rc
             if rc is not None and rc in MUNGE_ERRORS and rc not in DECODER_ERRORS:
                 return Decoded(rc, None, None, "", None, None, b"")
             raise DecodeError(f"unmunge on {self.host}: {why}") from None
+
+    def _here(self, argv: list[str], credential: str) -> tuple[int | None, bytes, str]:
+        try:
+            done = subprocess.run(
+                argv,
+                input=credential.encode() + b"\n",
+                capture_output=True,
+                timeout=self.timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DecodeError(f"unmunge timed out after {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise DecodeError(f"unmunge: {exc.strerror or exc}") from None
+        return done.returncode, done.stdout, done.stderr.decode(errors="replace")
 
 
 @dataclass(frozen=True, slots=True)

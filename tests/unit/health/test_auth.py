@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuforge.command import LocalRunner
 from gpuforge.health.auth import Authenticator, Sequences, Unmunge, parse_unmunge
 from gpuforge.health.collector import Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
@@ -197,6 +198,17 @@ def test_garbage_and_a_dead_munged(munged: Munged, tmp_path: Path) -> None:
     dead = Authenticator(unmunge=Unmunge(socket=tmp_path / "none.socket"))
     verdict = dead.check("gpu01", LOCAL, body_of(), cred)
     assert verdict.status == HTTPStatus.SERVICE_UNAVAILABLE, verdict.error
+
+
+def test_unmunge_through_a_command_runner(munged: Munged) -> None:
+    # How --via decodes on the controller over SSH (the lab): a shell line on that host.
+    body = body_of()
+    cred = munged.encode(output.munge_payload("gpu01", body, 15))
+    remote = Unmunge(LocalRunner(), "ctl01", munged.socket)
+    verdict = Authenticator(unmunge=remote).check("gpu01", LOCAL, body, cred)
+    assert verdict.ok and verdict.sequence == 15
+    nobody = munged.encode(output.munge_payload("gpu01", body, 16), as_uid=NOBODY)
+    assert "wrong uid" in Authenticator(unmunge=remote).check("gpu01", LOCAL, body, nobody).error
 
 
 def test_parse_unmunge_reads_the_metadata() -> None:
