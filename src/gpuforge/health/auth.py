@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 import shlex
 import subprocess
@@ -40,6 +39,7 @@ from typing import Any
 
 from gpuforge.command import CommandRunner
 from gpuforge.node.output import MUNGE_HEADER, MUNGE_PAYLOAD_VERSION
+from gpuforge.node.state import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class Sequences:
 
     One ``NODE SEQ`` line per accepted record (no fsync: a collector killed keeps what the kernel
     has); read back at start, the highest per node wins, and rewritten compactly (temporary file
-    and rename) when the file holds ten lines per node.
+    and rename) at start and when the file holds ten lines per node.
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -220,13 +220,9 @@ class Sequences:
         assert self.path is not None  # noqa: S101 - only with a file
         if self._fh is not None:
             self._fh.close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.writelines(f"{n} {s}\n" for n, s in sorted(self.last.items()))
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(self.path)
+            self._fh = None
+        text = "".join(f"{n} {s}\n" for n, s in sorted(self.last.items()))
+        write_atomic(self.path, text, mode=0o600)
         self._lines = len(self.last)
         self._fh = self.path.open("a", encoding="utf-8", buffering=1)
 
@@ -237,10 +233,13 @@ class Sequences:
             return last
         self.last[node] = seq
         if self._fh is not None:
-            self._fh.write(f"{node} {seq}\n")
-            self._lines += 1
-            if self._lines > 10 * max(len(self.last), 100):
-                self._compact()
+            try:
+                self._fh.write(f"{node} {seq}\n")
+                self._lines += 1
+                if self._lines > 10 * max(len(self.last), 100):
+                    self._compact()
+            except OSError as exc:  # a full disk: munged's replay cache still holds
+                log.warning("%s: sequence not saved: %s", self.path, exc.strerror or exc)
         return None
 
     def close(self) -> None:
@@ -351,7 +350,7 @@ class Authenticator:
         if cred.encode_host != address:
             raise _RefusedError(
                 f"wrong origin: the credential was encoded on {cred.encode_host or '?'}, "
-                f"not on {node}'s management address {address}"
+                f"not on {node}'s management address {address} (munged --origin on the node)"
             )
         payload = _payload(cred.payload)
         if payload is None:

@@ -281,6 +281,7 @@ class Collector:
             "stored": self._writer.items,
             "batches": self._writer.batches,
             "refused": self.refused,
+            "auth": self.auth.stats() if self.auth else None,
         }
 
     def write_metrics(self, *, read_slurm: bool = True) -> Path | None:

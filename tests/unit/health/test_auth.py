@@ -284,6 +284,9 @@ def test_the_node_sends_authenticated_records(
     assert collector.auth is not None and collector.auth.authenticated == 2
     seq = int((config.state_dir / output.SEQUENCE).read_text())
     assert collector.auth.sequences.last["gpu01"] == seq
+    assert collector.healthz()["auth"] == {
+        "policy": "required", "authenticated": 2, "not_authenticated": {}
+    }  # fmt: skip
 
 
 def test_a_forged_post_is_refused_and_an_unsigned_record_stays_spooled(
