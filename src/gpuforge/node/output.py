@@ -287,6 +287,9 @@ def _send_lock(config: HealthConfig, deadline: float) -> int | None:
                 os.close(fd)
                 return None
             time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            raise
 
 
 def _refusal(exc: urllib.error.HTTPError) -> str:

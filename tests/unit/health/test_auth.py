@@ -7,6 +7,7 @@ machine without munge fails these tests with the reason: ``make setup`` installs
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import shutil
@@ -319,3 +320,15 @@ def test_the_sequence_rises_and_survives_a_wiped_state_dir(tmp_path: Path) -> No
     assert output.next_sequence(config, now=50.0) == first + 1  # the clock went back
     (config.state_dir / output.SEQUENCE).unlink()
     assert output.next_sequence(config, now=200.0) == 200_000
+
+
+def test_one_sender_at_a_time(tmp_path: Path) -> None:
+    # Two runs of the checker at once (passive and a prolog): the second waits for the first,
+    # then gives up at its deadline, so the node's sequence reaches the collector in order.
+    config = node_config("http://127.0.0.1:1", tmp_path / "node")
+    _spool(config, body_of(), "00000000000000000001")
+    with (config.state_dir / output.SEND_LOCK).open("w") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        delivery = output.deliver(config, deadline=time.monotonic() + 0.3)
+    assert (delivery.sent, delivery.error) == (0, "another run is sending the spool")
+    assert len(output.spooled(config)) == 1
