@@ -54,6 +54,7 @@ from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.health import intake
+from gpuforge.health.auth import Authenticator
 from gpuforge.health.decide import Decider, Decision
 from gpuforge.health.fleet import (
     Fleet,
@@ -63,6 +64,7 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
+from gpuforge.node.output import MUNGE_HEADER
 from gpuforge.node.record import from_dict
 from gpuforge.slurm import control
 
@@ -214,8 +216,10 @@ class Collector:
         max_events_per_record: int = intake.EVENTS_PER_RECORD,
         max_events_per_node_hour: int = intake.EVENTS_PER_NODE_HOUR,
         clock: Callable[[], float] = time.time,
+        auth: Authenticator | None = None,
     ) -> None:
         self.fleet = fleet
+        self.auth = auth  # None: the source address alone (tests, conformance's own collector)
         self.max_request_age_s = max_request_age_s
         self.max_future_s = max_future_s
         self.events = intake.EventBudget(max_events_per_record, max_events_per_node_hour)
@@ -266,8 +270,8 @@ class Collector:
                 log.info("pruned history: %s", gone)
         return [1] * len(records)
 
-    def receive(self, body: bytes, peer: str) -> Answer:
-        """Handle one posted record from address ``peer``.
+    def receive(self, body: bytes, peer: str, credential: str | None = None) -> Answer:
+        """Handle one posted record from address ``peer`` with its munge ``credential``.
 
         Every refusal is one log line and a 4xx the node does not retry (a record the
         collector will always refuse is dropped by the node); 503 only when the store could not
@@ -275,7 +279,7 @@ class Collector:
         """
         now = self.clock()
         try:
-            record, started, notes = self._admit(body, peer, now)
+            record, started, notes = self._admit(body, peer, now, credential)
         except _Refusal as exc:
             return self._refuse(peer, exc.status, str(exc), exc.kind)
         node = record["node"]
@@ -313,7 +317,9 @@ class Collector:
             answer["refused"] = notes
         return Answer(HTTPStatus.OK, answer)
 
-    def _admit(self, body: bytes, peer: str, now: float) -> tuple[dict[str, Any], float, list[str]]:
+    def _admit(
+        self, body: bytes, peer: str, now: float, credential: str | None
+    ) -> tuple[dict[str, Any], float, list[str]]:
         """The record to store, its start time and what was left out of it; or :class:`_Refusal`."""
         try:
             taken = intake.canonical(body)
@@ -332,7 +338,11 @@ class Collector:
                 f"a record for {node} is accepted only from {node}'s management address"
                 f" (its address is {expected})",
             )
-        # The record's credential is checked here: after the source address, before its date.
+        # The record's munge credential: after the source address, before its date.
+        if self.auth is not None:
+            verdict = self.auth.check(node, expected, body, credential)
+            if not verdict.ok:
+                raise _Refusal(verdict.status, verdict.error)
         try:
             started = parse_time(record["started"], "record.started")
         except InputError as exc:
@@ -406,6 +416,7 @@ class Collector:
             "malformed_requests": self.counts["http"],
             "events_dropped": dict(self.events.dropped),
             "future_dated": dict(sorted(self.future_dated.items())),
+            "auth": self.auth.stats() if self.auth else None,
         }
 
     def write_metrics(self, *, read_slurm: bool = True) -> Path | None:
@@ -507,7 +518,8 @@ def wsgi_app(collector: Collector) -> WSGIApplication:
                 return refuse(start_response, peer, HTTPStatus.LENGTH_REQUIRED,
                               "Content-Length required")  # fmt: skip
             body = environ["wsgi.input"].read(int(length))
-            answer = collector.receive(body, peer)
+            credential = environ.get("HTTP_" + MUNGE_HEADER.upper().replace("-", "_"))
+            answer = collector.receive(body, peer, None if credential is None else str(credential))
             return _json_response(start_response, answer.status, answer.body)
         except Exception as exc:  # a bug of ours: one line, and the node sends the record again
             tb = exc.__traceback__
