@@ -18,7 +18,9 @@ and the verdict each path yields must drain with the same ``gpuforge:<check>:<ac
 Where a path cannot see a fault (the epilog's ``-r 1`` runs no PCIe test) :data:`FAULTS` says so
 and the test asserts that path reports nothing for it, rather than skipping it.
 
-The gathering is ~60 s of simulator subprocesses: the module is ``slow`` (``make test-slow``).
+The per-fault gathering is ~90 s of simulator subprocesses: those tests are ``slow`` (``make
+test-slow``); the IB counter tests (acceptance burn-in and the passive tier on one climbing port)
+and the DCGM-cites-an-Xid rule run with the unit suite.
 """
 
 from __future__ import annotations
@@ -30,22 +32,21 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simlab import ROOT, SIM, SimRunner, run_tool, state
+from simlab import ROOT, SIM, SimRunner, cluster_info, run_tool, state
 from tests.unit.node.simnode import SimNode
 
 from gpuforge.admission import parse_reason, verdict_reason
 from gpuforge.node.__main__ import main as node_main
 from gpuforge.node.record import CheckRecord, checks_of, node_verdict
-from gpuforge.validate import burnin, catalogue
-from gpuforge.validate.conformance import read_results
-from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict, decide
+from gpuforge.validate import burnin, catalogue, pipeline
+from gpuforge.validate.conformance import SuiteRun, read_results
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Tier, Verdict, decide
 from gpuforge.validate.xid_catalogue import lookup
-
-pytestmark = pytest.mark.slow
 
 HOST = "gpu001"
 PATHS = ("validate.quick", "validate.burnin", "node.passive", "node.epilog", "conformance")
@@ -246,6 +247,7 @@ def _bare(name: str) -> str:
     return found.name
 
 
+@pytest.mark.slow
 def test_every_path_fails_the_same_checks_by_their_catalogue_names(
     seen: tuple[Fault, dict[str, Seen]],
 ) -> None:
@@ -255,6 +257,7 @@ def test_every_path_fails_the_same_checks_by_their_catalogue_names(
         assert names == set(_expected(fault, path)), (path, got[path].failed)
 
 
+@pytest.mark.slow
 def test_every_path_gives_each_check_the_same_action(seen: tuple[Fault, dict[str, Seen]]) -> None:
     fault, got = seen
     for path in PATHS:
@@ -262,6 +265,7 @@ def test_every_path_gives_each_check_the_same_action(seen: tuple[Fault, dict[str
             assert action == fault.fails[_bare(check)], (path, check, action)
 
 
+@pytest.mark.slow
 def test_a_path_that_cannot_see_the_fault_says_nothing_of_it(
     seen: tuple[Fault, dict[str, Seen]],
 ) -> None:
@@ -276,6 +280,7 @@ def test_a_path_that_cannot_see_the_fault_says_nothing_of_it(
         assert blind == ["validate.quick", "validate.burnin", "node.epilog"]
 
 
+@pytest.mark.slow
 def test_every_path_that_sees_it_drains_with_one_action(
     seen: tuple[Fault, dict[str, Seen]],
 ) -> None:
@@ -345,7 +350,7 @@ def test_a_port_whose_counters_climb_during_burnin_is_not_admitted(tmp_path: Pat
     results += burnin.gpu_burn_check(runner, HOST, seconds=5, gpus=8)
     after = burnin.sample_counters(runner, HOST, devices, now=lambda: runner.clock)
     maxima = catalogue.params("fabric.counters")["max"]
-    results.append(burnin.counter_results(before, after, level=burnin.Tier.BURNIN, maxima=maxima))
+    results.append(burnin.counter_results(before, after, level=Tier.BURNIN, maxima=maxima))
     failed = {r.check: r for r in results if r.status is Status.FAIL}
     assert list(failed) == ["fabric.counters"], [(r.check, r.status) for r in results]
     assert failed["fabric.counters"].action == catalogue.action("fabric.counters") == "inspect"
@@ -353,3 +358,117 @@ def test_a_port_whose_counters_climb_during_burnin_is_not_admitted(tmp_path: Pat
     verdict = decide(HOST, results)
     assert verdict.verdict is Verdict.QUARANTINE
     assert verdict_reason(verdict, verdict.action) == "gpuforge:fabric.counters:inspect"
+
+
+def _sim_counters(state_file: Path, scratch: Path, at: float) -> dict[tuple[str, str], int]:
+    """The simulator's port error counters at ``at`` (its sysfs tree, as gpuforge-sim-sysfs
+    writes it on a lab node): ``{(device, counter): value}``."""
+    top = scratch / f"sys-{at:.0f}"
+    done = run_tool(state_file, "gpuforge-sim-sysfs", "--root", str(top),
+                    env={"GPUFORGE_SIM_NOW": f"{at:.0f}"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return {
+        (dev, name): int((top / f"class/infiniband/{dev}/ports/1/counters/{name}").read_text())
+        for dev in ("mlx5_0", "mlx5_1")
+        for name in catalogue.COUNTER_NAMES
+    }
+
+
+def test_the_passive_tier_drains_the_same_climbing_port_with_the_same_reason(
+    tmp_path: Path,
+) -> None:
+    """The fault of the burn-in test above, on the node: passive's fabric.counters fails with the
+    same name and action, and the controller drains it with the same reason."""
+    entry = {"kind": "ib_errors", "rail": 1, "counter": "symbol_error"}
+    node = SimNode(tmp_path / "node", [entry])
+    node.only("fabric.counters")
+    start = time.time()
+    records = []
+    for step in range(3):  # fail_after 2: the second failing run asks for the drain
+        at = start + 1800.0 * step
+        for (dev, name), value in _sim_counters(node.state_file, tmp_path, at).items():
+            node.set_counter(dev, name, value)
+        when = datetime.fromtimestamp(at, UTC)
+        records.append(node.run(now=lambda when=when: when).record)
+    got = records[-1].check("fabric.counters")
+    assert got is not None
+    assert (got.status, got.action) == (Status.FAIL, catalogue.action("fabric.counters"))
+    assert "ib/mlx5_1/1/symbol_error +" in str(got.measured)
+    assert records[-1].request is not None
+    assert (records[-1].request.check, records[-1].request.action) == (
+        "fabric.counters",
+        "inspect",
+    )
+    verdict = node_verdict(HOST, records[-1].checks, first=records[-1].request.check)
+    assert verdict_reason(verdict, verdict.action) == "gpuforge:fabric.counters:inspect"
+
+
+@pytest.mark.parametrize(
+    ("test", "said", "action"),
+    [
+        # DCGM_FR_XID_ERROR in the memory test: the GPU fell off the bus, as gpu.xid says
+        ("GPU Memory", ["Detected XID 79 for GPU 3"], _XID79),
+        ("GPU Memory", ["Detected 2 volatile double-bit ECC error(s) in GPU 2."], _XID48),
+        # a weaker Xid never weakens the test's own action
+        ("PCIe", ["Detected XID 13 for GPU 1"], "inspect"),
+    ],
+)
+def test_a_dcgm_failure_citing_an_xid_takes_the_xids_action_as_gpu_xid_does(
+    test: str, said: list[str], action: str
+) -> None:
+    assert catalogue.dcgm_action(test, said) == action
+
+
+def _one_node_cluster(tmp: Path) -> pipeline.ClusterView:
+    """A cluster directory with the simulated node and its two rails (lab/sim's cluster-info)."""
+    rails = cluster_info()["nodes"][0]["rails"][:2]
+    node = {
+        "hostname": HOST,
+        "role": "gpu",
+        "rack": "r001",
+        "su": 1,
+        "phase": 1,
+        "mgmt_address": "10.0.0.11",
+        "rails": [
+            [r["rail"], r["device"], r["netdev"], f"10.100.{r['rail']}.11/24", r["leaf"], 1]
+            for r in rails
+        ],
+    }
+    inv = tmp / "inv"
+    (inv / "generated").mkdir(parents=True)
+    (inv / "generated" / "hosts.yml").write_text('{"all": {}}\n', encoding="utf-8")
+    (inv / "generated" / "topology.json").write_text(
+        json.dumps({"nodes": [node], "fabric": {"rate_gbps": 400}}), encoding="utf-8"
+    )
+    node_type = {"name": "h100-sxm", "gpu_model": "H100-SXM-80GB", "gpus": 8, "nvswitch": True}
+    return pipeline.ClusterView.load(
+        inv, lambda _: {"_meta": {"hostvars": {HOST: {"gpu_node_type": node_type}}}}
+    )
+
+
+@pytest.mark.slow
+def test_the_validation_pipeline_does_not_admit_a_port_whose_counters_climb(
+    tmp_path: Path,
+) -> None:
+    """``gpuforge validate --level burnin``'s own run (pipeline.run_validation): the testinfra
+    suite, DCGM, gpu-burn, all on the simulator, pass; rail 1's symbol errors climb meanwhile."""
+    entry = {"kind": "ib_errors", "rail": 1, "counter": "symbol_error"}
+    runner = _CounterRunner(
+        {HOST: state([{"node": HOST, **entry}], HOST, tmp_path)}, tmp_path, time.time()
+    )
+
+    def run_suite(_inv: Path, hosts: Sequence[str], work: Path) -> SuiteRun:
+        assert list(hosts) == [HOST]
+        return SuiteRun(0, tuple(_suite(_mk(work / "suite"), entry)), "", ())
+
+    opts = pipeline.Options(
+        level=Tier.BURNIN, gpu_burn_seconds=5, dcgm_level=3, work_dir=tmp_path / "work"
+    )
+    deps = pipeline.Deps(runner=runner, run_suite=run_suite, clock=lambda: runner.clock)
+    summary = pipeline.run_validation(_one_node_cluster(tmp_path), [HOST], opts, deps)
+    verdict = decide(HOST, summary.results)
+    assert verdict.verdict is Verdict.QUARANTINE, verdict
+    assert verdict.reasons == ("fabric.counters",)
+    assert verdict_reason(verdict, verdict.action) == "gpuforge:fabric.counters:inspect"
+    ran = {catalogue.base(r.check) for r in summary.results if r.status is Status.PASS}
+    assert {"gpu.count", "gpu.xid", "gpu.dcgm_diag", "burnin.gpu_burn"} <= ran
