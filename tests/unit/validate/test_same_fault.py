@@ -26,8 +26,6 @@ and the DCGM-cites-an-Xid rule run with the unit suite.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -37,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simlab import ROOT, SIM, SimRunner, cluster_info, run_tool, state
+from simlab import SimRunner, cluster_info, run_gpu_suite, run_tool, state
 from tests.unit.node.simnode import SimNode
 
 from gpuforge.admission import parse_reason, verdict_reason
@@ -118,30 +116,7 @@ _RUNS = {
 
 def _suite(tmp: Path, entry: Mapping[str, Any]) -> list[CheckResult]:
     """validators/test_gpu.py on the simulated node, as test_suite_sim.py runs it."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    for name in ("nvidia-smi", "dmesg"):
-        tool = bin_dir / name
-        tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim {name} "$@"\n')
-        tool.chmod(0o755)
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{bin_dir}:{env.get('PATH', '')}",
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(SIM)]),
-        GPUFORGE_SIM_STATE=str(state([{"node": HOST, **entry}], HOST, tmp)),
-        GPUFORGE_SIM_RUN=str(tmp / "run"),
-        GPUFORGE_SIM_REAL_DMESG="/nonexistent",
-        GPUFORGE_SIM_VERSIONS=json.dumps({"nvidia-driver-cuda": "570.133.20-1"}),
-    )
-    out = tmp / "results.json"
-    validators = ROOT / "validators"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(validators / "test_gpu.py"), "-p",
-         "no:cacheprovider", f"--rootdir={validators}", "-c", str(validators / "pytest.ini"),
-         "--hosts=local://", f"--gpuforge-results={out}", "-q", "-p", "no:randomly"],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
-    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = run_gpu_suite(tmp, [{"node": HOST, **entry}])
     # The suite names the node after the host it ran on; the verdict is this node's.
     return [CheckResult.from_dict({**r.to_dict(), "node": HOST}) for r in read_results(out)]
 
