@@ -227,6 +227,7 @@ def gpu_burn_check(
             measured="; ".join(bad) or f"{len(burn.gpus)} OK",
             expected=expected,
             message="FAULTY GPUs (gpu-burn exits 0 regardless)" if bad else "",
+            action=catalogue.result_action(check, ok=not bad, warn=False),
             **_base(node, check, res),
         )
     ]
@@ -253,6 +254,7 @@ def gpu_burn_check(
                 duration_s=res.duration_s,
                 tier=Tier.BURNIN,
                 message=message,
+                action=catalogue.result_action("burnin.gpu_burn", ok=ok, warn=False),
             )
         )
     return out

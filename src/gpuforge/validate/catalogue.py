@@ -225,7 +225,8 @@ CATALOGUE: tuple[CheckSpec, ...] = (
         "/sys/class/infiniband/<dev>/ports/<port>/counters/<COUNTER_NAMES>",
         "checks.counter_growth",
         "inspect",
-        runs=(_Q, _B, _F, _P, _PRO, _C),
+        # growth needs two samples under load: acceptance reads them around burn-in and NCCL
+        runs=(_B, _F, _P, _PRO, _C),
         params={"window_s": 3600, "max": COUNTER_MAX},
         fail_after=2,
         pass_after=3,
@@ -367,7 +368,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "test"
 
 
-def dcgm_action(test: str) -> str:
-    """The action a failed DCGM test calls for (:data:`DCGM_TEST_ACTIONS`)."""
+#: DCGM's words for an Xid it saw in a test (``DCGM_FR_XID_ERROR``: "Detected XID %d for GPU %u").
+_DCGM_XID = re.compile(r"\bXID (\d+)\b", re.IGNORECASE)
+
+
+def dcgm_action(test: str, said: Sequence[str] = ()) -> str:
+    """The action a failed DCGM test calls for (:data:`DCGM_TEST_ACTIONS`); when DCGM's own
+    words (``said``) cite an Xid, the stronger of that and the Xid's catalogue action, so that a
+    GPU that fell off the bus (Xid 79) gets the same action from DCGM as from ``gpu.xid``."""
     found = DCGM_TEST_ACTIONS.get(slug(test), DCGM_DEFAULT_ACTION)
-    return lookup(found).action.value if isinstance(found, int) else found
+    own = lookup(found).action.value if isinstance(found, int) else found
+    cited = [lookup(int(code)).action.value for m in said for code in _DCGM_XID.findall(m)]
+    return strongest([own, *cited])

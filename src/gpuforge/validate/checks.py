@@ -621,7 +621,7 @@ def dcgm_failures(diag: DcgmDiag) -> list[DcgmFailure]:
         said = _explanations(t, gpus)
         if not gpus:
             gpus = sorted({int(g) for m in said for g in re.findall(r"\bGPU (\d+)\b", m)})
-        out.append(DcgmFailure(t, tuple(gpus), tuple(said), catalogue.dcgm_action(t.name)))
+        out.append(DcgmFailure(t, tuple(gpus), tuple(said), catalogue.dcgm_action(t.name, said)))
     return out
 
 

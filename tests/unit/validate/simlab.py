@@ -88,3 +88,36 @@ class SimRunner:
         return CommandResult(
             host, command, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
         )
+
+
+def run_gpu_suite(tmp: Path, faults: Sequence[Mapping[str, Any]], select: str = "") -> Path:
+    """The conformance suite's GPU checks (validators/test_gpu.py) on the simulated node
+    ``gpu001``: testinfra's local backend with the simulator's nvidia-smi and dmesg first on
+    PATH. Returns the suite's results file; ``select``: a pytest ``-k`` expression."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "dmesg"):
+        tool = bin_dir / name
+        tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim {name} "$@"\n')
+        tool.chmod(0o755)
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{bin_dir}:{env.get('PATH', '')}",
+        # This tree's gpuforge, not whichever the virtualenv installed.
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(SIM)]),
+        GPUFORGE_SIM_STATE=str(state(faults, "gpu001", tmp)),
+        GPUFORGE_SIM_RUN=str(tmp / "run"),
+        GPUFORGE_SIM_REAL_DMESG="/nonexistent",
+        GPUFORGE_SIM_VERSIONS=json.dumps({"nvidia-driver-cuda": "570.133.20-1"}),
+    )
+    out = tmp / "results.json"
+    validators = ROOT / "validators"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(validators / "test_gpu.py"), "-p",
+         "no:cacheprovider", f"--rootdir={validators}", "-c", str(validators / "pytest.ini"),
+         "--hosts=local://", f"--gpuforge-results={out}", "-q",
+         *(["-k", select] if select else [])],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out

@@ -4,57 +4,14 @@ the lab simulator's nvidia-smi first on PATH, for the GPU facts issue 22 added."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from simlab import ROOT, SIM, state
+from simlab import run_gpu_suite
 
 
 def _suite(tmp_path: Path, faults: list[dict[str, object]], select: str) -> dict[str, dict]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("nvidia-smi", "dmesg"):
-        tool = bin_dir / name
-        tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S -m gpuforge_sim {name} "$@"\n')
-        tool.chmod(0o755)
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{bin_dir}:{env.get('PATH', '')}",
-        # This tree's gpuforge, not whichever the virtualenv installed.
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(SIM)]),
-        GPUFORGE_SIM_STATE=str(state(faults, "gpu001", tmp_path)),
-        GPUFORGE_SIM_RUN=str(tmp_path / "run"),
-        GPUFORGE_SIM_REAL_DMESG="/nonexistent",
-        GPUFORGE_SIM_VERSIONS=json.dumps({"nvidia-driver-cuda": "570.133.20-1"}),
-    )
-    out = tmp_path / "results.json"
-    validators = ROOT / "validators"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(validators / "test_gpu.py"),
-            "-p",
-            "no:cacheprovider",
-            f"--rootdir={validators}",
-            "-c",
-            str(validators / "pytest.ini"),
-            "--hosts=local://",
-            f"--gpuforge-results={out}",
-            "-q",
-            "-k",
-            select,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
+    out = run_gpu_suite(tmp_path, faults, select)
     return {r["check"]: r for r in json.loads(out.read_text())["results"]}
 
 
