@@ -1,10 +1,10 @@
-"""Pytest plugin of the conformance suite: expectations from the inventory, results to JSON.
+"""Pytest plugin of the acceptance suite: expectations from the inventory, results to JSON.
 
 Run from the operator machine::
 
     ANSIBLE_INVENTORY=inventory/lab/generated,inventory/lab/site \
     pytest validators/ -c validators/pytest.ini --hosts=ansible://gpu_nodes \
-        --gpuforge-results=build/conformance.json -n auto
+        --gpuforge-results=build/acceptance.json -n auto
 
 Every test records one :class:`gpuforge.validate.result.CheckResult` (node = the inventory host
 name): an ``assert`` that fails is ``fail``; a tool that hangs, is missing or exits non-zero is
@@ -28,8 +28,8 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 from gpuforge.atomic import atomic_open
 from gpuforge.command import CommandResult
 from gpuforge.validate import catalogue
+from gpuforge.validate.acceptance import RESULTS_SCHEMA, ProbeFailed, tool_output
 from gpuforge.validate.checks import Outcome
-from gpuforge.validate.conformance import RESULTS_SCHEMA, ProbeFailed, tool_output
 from gpuforge.validate.result import CheckResult, Status, Tier
 
 _STATUS = "gpuforge_status"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuforge.validate import catalogue, checks
-from gpuforge.validate.conformance import parse_or_inconclusive, probe
+from gpuforge.validate.acceptance import parse_or_inconclusive, probe
 from gpuforge.validate.parsers import nvidia_smi_csv
 from gpuforge.validate.result import excerpt
 

@@ -1,4 +1,4 @@
-"""``gpuforge validate``: conformance, burn-in and NCCL acceptance of GPU nodes, then verdicts."""
+"""``gpuforge validate``: acceptance suite, burn-in and NCCL tests of GPU nodes, then verdicts."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
     type=click.Choice([t.value for t in Tier]),
     default=Tier.QUICK.value,
     show_default=True,
-    help="quick: conformance; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
+    help="quick: acceptance suite; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
 )
 @click.option(
     "--drain",

@@ -1,4 +1,4 @@
-"""Node conformance checks as pure functions: parsed tool output + expectation -> :class:`Outcome`.
+"""Node checks as pure functions: parsed tool output + expectation -> :class:`Outcome`.
 
 The testinfra suite (validators/) gathers the output on the node and asserts on these; keeping
 the judgement here makes every rule unit-testable against real-format samples.

@@ -1,6 +1,6 @@
 """One validation run: pick the nodes, run the tiers, decide, and (optionally) act in Slurm.
 
-``quick`` is the testinfra conformance suite; ``burnin`` adds DCGM diagnostics, gpu-burn and
+``quick`` is the testinfra acceptance suite; ``burnin`` adds DCGM diagnostics, gpu-burn and
 ib_write_bw per rail; ``full`` adds NCCL acceptance (per node, then the multi-node plan with
 culprit localization). Every dependency with side effects (the command runner, the suite, the
 collective) is injected, so the whole pipeline runs in unit tests against fakes.
@@ -25,7 +25,7 @@ from gpuforge.inventory.reader import ClusterView
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import burnin, catalogue, nccl
-from gpuforge.validate.conformance import SuiteRun, run_suite
+from gpuforge.validate.acceptance import SuiteRun, run_suite
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
@@ -114,14 +114,14 @@ def run_validation(
         results += not_run([host], "node.unreachable", why)
     everyone, hosts = hosts, [h for h in hosts if h not in silent]
     suite = deps.run_suite(view.path, hosts, opts.work_dir) if hosts else None
-    meta["conformance_rc"] = suite.rc if suite else None
+    meta["acceptance_rc"] = suite.rc if suite else None
     if suite is not None:
         results += [r for r in suite.results if r.node in set(hosts)]
         seen = {r.node for r in suite.results}
         if not suite.results:
-            fatal = f"conformance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
+            fatal = f"acceptance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
         missing = [h for h in hosts if h not in seen]
-        results += not_run(missing, "conformance", "no result from suite")
+        results += not_run(missing, "acceptance", "no result from suite")
 
     level = _LEVELS.index(opts.level)
     before: dict[str, burnin.CounterSample] = {}

@@ -18,7 +18,7 @@ from gpuforge.cli import main
 from gpuforge.command import CommandResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import nccl, pipeline
-from gpuforge.validate.conformance import SuiteRun
+from gpuforge.validate.acceptance import SuiteRun
 from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Status, Tier
 
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
