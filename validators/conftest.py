@@ -30,7 +30,7 @@ from gpuforge.command import CommandResult
 from gpuforge.validate import catalogue
 from gpuforge.validate.acceptance import RESULTS_SCHEMA, ProbeFailed, tool_output
 from gpuforge.validate.checks import Outcome
-from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.result import CheckResult, Level, Status
 
 _STATUS = "gpuforge_status"
 _RECORD = "gpuforge_record"
@@ -256,7 +256,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 expected=rec.get("expected"),
                 evidence=evidence,
                 duration_s=float(props.get("gpuforge_duration", 0.0)),
-                tier=Tier.QUICK,
+                level=Level.QUICK,
                 message=str(rec.get("message") or ""),
                 action=str(rec.get("action") or ""),
             ).to_dict()

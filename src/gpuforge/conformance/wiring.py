@@ -32,7 +32,7 @@ from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import BatchSummary, Tier
+from gpuforge.validate.result import BatchSummary, Level
 
 #: Seconds one node checker run over SSH may take (burnin runs DCGM level 2).
 SSH_TIMEOUT = {"passive": 120.0, "quick": 300.0, "burnin": 1500.0}
@@ -216,7 +216,7 @@ def pipeline_burnin(root: Path, report_dir: Path) -> BurninFn:
             wiring.view,
             list(nodes),
             pipeline.Options(
-                level=Tier.FULL,
+                level=Level.FULL,
                 gpu_burn_seconds=60,
                 dcgm_level=2,
                 reservation=reservation,

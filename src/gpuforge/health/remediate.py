@@ -45,9 +45,9 @@ from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
+    Level,
     NodeVerdict,
     Status,
-    Tier,
     Verdict,
 )
 
@@ -439,7 +439,7 @@ def pipeline_validate(
 
     def validate(nodes: Sequence[str], partners: Sequence[str]) -> BatchSummary:
         opts = pipeline.Options(
-            level=Tier.BURNIN,
+            level=Level.BURNIN,
             gpu_burn_seconds=gpu_burn_seconds,
             dcgm_level=dcgm_level,
             work_dir=run_dir / "validation",

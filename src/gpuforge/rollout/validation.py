@@ -18,7 +18,7 @@ from gpuforge.rollout.state import ResultRow
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, Tier
+from gpuforge.validate.result import BatchSummary, Level
 
 
 def _text(value: object) -> str:
@@ -60,7 +60,7 @@ def validate_with_validators(
     """
     wiring = pipeline.wire(inventory)
     options = pipeline.Options(
-        level=Tier(level),
+        level=Level(level),
         work_dir=report_dir,
         reservation=reservation,
         peer_reference=dict(peer_reference or {}),

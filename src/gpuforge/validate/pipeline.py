@@ -30,14 +30,14 @@ from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
     Finding,
-    Tier,
+    Level,
     Verdict,
     decide,
 )
 from gpuforge.validate.thresholds import for_sku, nccl_net_floor_gbs
 from gpuforge.validate.verdict import not_run, peer_results
 
-_LEVELS = (Tier.QUICK, Tier.BURNIN, Tier.FULL)
+_LEVELS = (Level.QUICK, Level.BURNIN, Level.FULL)
 
 
 def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
@@ -52,7 +52,7 @@ def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
 class Options:
     """Knobs of a run (CLI flags)."""
 
-    level: Tier = Tier.QUICK
+    level: Level = Level.QUICK
     gpu_burn_seconds: int = 300
     dcgm_level: int = 3
     reservation: str | None = None
@@ -147,7 +147,7 @@ def run_validation(
     return BatchSummary.build(
         everyone,
         results,
-        tier=opts.level,
+        level=opts.level,
         findings=tuple(findings),
         started_at=started,
         finished_at=deps.now(),
@@ -251,7 +251,7 @@ def _ib_write_bw(
 ) -> list[CheckResult]:
     partners = [n for n in known_good if n not in set(nodes)]
     if not nodes or len(nodes) + len(partners) < 2:
-        return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Tier.BURNIN)
+        return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Level.BURNIN)
     rails = {n: view.rails(n) for n in [*nodes, *partners]}
     address = {n: str(view.node(n).get("mgmt_address") or n) for n in rails}
     count = min(len(r) for r in rails.values())
@@ -308,7 +308,7 @@ def _nccl(
         "nccl.allreduce_nvlink",
         busbw,
         unit="GB/s",
-        tier=Tier.FULL,
+        level=Level.FULL,
         floor=f"the SKU floor {nvlink_floor:g} GB/s" if nvlink_floor else "",
         reference=opts.peer_reference.get("nccl.allreduce_nvlink"),
     )
@@ -375,7 +375,7 @@ def make_collective(
         try:
             return multinode_acceptance(view, nodes, coll)
         except nccl.CollectiveUnavailable as exc:
-            return not_run(nodes, "nccl.multinode", str(exc), Tier.FULL), [], 0
+            return not_run(nodes, "nccl.multinode", str(exc), Level.FULL), [], 0
 
     return run
 

@@ -20,7 +20,7 @@ from gpuforge.inventory.reader import ClusterView, InventoryDir
 from gpuforge.playbook import HostStats, RunResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
 
 from ..slurm.fake import FakeSlurm
 
@@ -61,9 +61,9 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     def validate(*_a: object) -> rem.ValidateFn:
         def run(nodes: Sequence[str], _partners: Sequence[str]) -> BatchSummary:
             results = [
-                CheckResult(n, "burnin.dcgm_diag", Status.PASS, tier=Tier.BURNIN) for n in nodes
+                CheckResult(n, "burnin.dcgm_diag", Status.PASS, level=Level.BURNIN) for n in nodes
             ]
-            return BatchSummary.build(nodes, results, tier=Tier.BURNIN)
+            return BatchSummary.build(nodes, results, level=Level.BURNIN)
 
         return run
 

@@ -19,7 +19,7 @@ from gpuforge.command import CommandResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import nccl, pipeline
 from gpuforge.validate.acceptance import SuiteRun
-from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Level, Status
 
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
 H100_NT = {"name": "h100-sxm", "gpu_model": "H100-SXM-80GB", "gpus": 8, "nvswitch": True}
@@ -305,7 +305,7 @@ def test_findings_make_exit_1(tmp_path: Path) -> None:
     s = BatchSummary.build(
         ["a"],
         [CheckResult("a", "x", Status.PASS)],
-        tier=Tier.FULL,
+        level=Level.FULL,
         findings=(Finding("leaf-uplink", "leaf1", "slow"),),
     )
     assert s.exit_code == 1

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import hostlist
 
-from gpuforge.validate.result import CheckResult, Finding, Status, Tier
+from gpuforge.validate.result import CheckResult, Finding, Level, Status
 
 Group = tuple[str, ...]
 RunCollective = Callable[[Group], float]
@@ -307,7 +307,7 @@ def run_bound(culprits: int, nodes: int) -> int:
 
 
 def localization_results(
-    loc: Localization, *, check: str, tier: Tier = Tier.FULL, floor_gbs: float
+    loc: Localization, *, check: str, level: Level = Level.FULL, floor_gbs: float
 ) -> list[CheckResult]:
     """Per-node results of one localization: culprits fail, unresolved hold, the rest pass."""
     out: list[CheckResult] = []
@@ -330,7 +330,7 @@ def localization_results(
                 measured=round(last.busbw_gbs, 2) if last else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
                 message="localized: underperforms when paired with a known-good node",
             )
         )
@@ -342,7 +342,7 @@ def localization_results(
                 status=Status.ERROR,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
                 message="in a failing group but no known-good partner was available",
             )
         )
@@ -358,7 +358,7 @@ def localization_results(
                 measured=round(best.busbw_gbs, 2) if best else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
             )
         )
     return out
