@@ -29,7 +29,7 @@ from gpuforge.atomic import atomic_open
 from gpuforge.command import CommandResult
 from gpuforge.validate import catalogue
 from gpuforge.validate.acceptance import RESULTS_SCHEMA, ProbeFailed, tool_output
-from gpuforge.validate.checks import Outcome
+from gpuforge.validate.checks import JudgeOutcome
 from gpuforge.validate.result import CheckResult, Level, Status
 
 _STATUS = "gpuforge_status"
@@ -153,7 +153,9 @@ class Recorder:
         self.item = item
         self.node_name = node_name
 
-    def check(self, name: str, outcome: Outcome, evidence: str = "", *, warn: bool = False) -> None:
+    def check(
+        self, name: str, outcome: JudgeOutcome, evidence: str = "", *, warn: bool = False
+    ) -> None:
         """Record ``outcome`` under check ``name`` and fail the test when it is not ok.
 
         ``warn=True`` (or an outcome that is ``warn_only``) records a non-ok outcome as

@@ -117,7 +117,7 @@ def validate(
     wiring = wire(cluster_root(cluster, inventory), need_slurm=drain or multinode)
     ctx = cluster_context(cluster, inventory, state_dir, view=wiring.view)
     hosts = ctx.view.select(limit=limit, phase=phase)
-    opts = pipeline.Options(
+    opts = pipeline.ValidationOptions(
         level=Level(level),
         gpu_burn_seconds=gpu_burn_seconds,
         dcgm_level=int(dcgm_level),

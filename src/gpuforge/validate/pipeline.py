@@ -29,7 +29,7 @@ from gpuforge.validate.acceptance import SuiteRun, run_suite
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
-    Finding,
+    FabricFinding,
     Level,
     Verdict,
     decide,
@@ -49,7 +49,7 @@ def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
 
 
 @dataclass
-class Options:
+class ValidationOptions:
     """Knobs of a run (CLI flags)."""
 
     level: Level = Level.QUICK
@@ -68,15 +68,15 @@ PEER_CHECKS = ("burnin.gpu_burn.min_gflops", "burnin.ib_write_bw.min", "nccl.all
 
 
 @dataclass
-class Deps:
+class ValidationDeps:
     """What a run talks to; tests pass fakes."""
 
     runner: CommandRunner
     run_suite: Callable[[Path, Sequence[str], Path], SuiteRun]
     collective: (
         Callable[
-            [ClusterView, Sequence[str], Options],
-            tuple[list[CheckResult], list[Finding], int],
+            [ClusterView, Sequence[str], ValidationOptions],
+            tuple[list[CheckResult], list[FabricFinding], int],
         ]
         | None
     ) = None
@@ -93,8 +93,8 @@ class Deps:
 def run_validation(
     view: ClusterView,
     hosts: Sequence[str],
-    opts: Options,
-    deps: Deps,
+    opts: ValidationOptions,
+    deps: ValidationDeps,
     *,
     known_good: Sequence[str] = (),
 ) -> BatchSummary:
@@ -105,7 +105,7 @@ def run_validation(
     """
     started = deps.now()
     results: list[CheckResult] = []
-    findings: list[Finding] = []
+    findings: list[FabricFinding] = []
     meta: dict[str, Any] = {"hosts": hostlist.collect_hostlist(list(hosts)), "floors": {}}
     fatal = ""
 
@@ -162,7 +162,7 @@ def _still_eligible(hosts: Sequence[str], results: Sequence[CheckResult]) -> lis
 
 
 def _sample_counters(
-    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps
+    view: ClusterView, nodes: Sequence[str], opts: ValidationOptions, deps: ValidationDeps
 ) -> dict[str, burnin.CounterSample]:
     """Each InfiniBand node's rail port counters now (RoCE ports are not judged by them)."""
     if str(view.topology.get("fabric", {}).get("kind") or "infiniband").lower() == "roce":
@@ -191,8 +191,8 @@ def _pmap(
 def _burnin(  # noqa: PLR0917 - the run's context, passed down unchanged
     view: ClusterView,
     nodes: Sequence[str],
-    opts: Options,
-    deps: Deps,
+    opts: ValidationOptions,
+    deps: ValidationDeps,
     meta: dict[str, Any],
     known_good: Sequence[str] = (),
 ) -> list[CheckResult]:
@@ -247,7 +247,7 @@ def _gpu_burn_floor(node_type: Mapping[str, Any]) -> float | None:
 
 
 def _ib_write_bw(
-    view: ClusterView, nodes: Sequence[str], deps: Deps, known_good: Sequence[str] = ()
+    view: ClusterView, nodes: Sequence[str], deps: ValidationDeps, known_good: Sequence[str] = ()
 ) -> list[CheckResult]:
     partners = [n for n in known_good if n not in set(nodes)]
     if not nodes or len(nodes) + len(partners) < 2:
@@ -285,8 +285,12 @@ def _ib_write_bw(
 
 
 def _nccl(
-    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps, meta: dict[str, Any]
-) -> tuple[list[CheckResult], list[Finding]]:
+    view: ClusterView,
+    nodes: Sequence[str],
+    opts: ValidationOptions,
+    deps: ValidationDeps,
+    meta: dict[str, Any],
+) -> tuple[list[CheckResult], list[FabricFinding]]:
     def per_node(node: str) -> list[CheckResult]:
         nt = view.node_type(node)
         gpus = int(nt.get("gpus") or 8)
@@ -324,13 +328,13 @@ def multinode_acceptance(
     view: ClusterView,
     nodes: Sequence[str],
     collective: nccl.SrunCollective,
-) -> tuple[list[CheckResult], list[Finding], int]:
+) -> tuple[list[CheckResult], list[FabricFinding], int]:
     """The topology's multi-node plan, each failing test localized; returns runs used too."""
     fabric = [fabric_node(view, n) for n in nodes]
     leaf_of = {f.hostname: f.leaf_key for f in fabric}
     nics = min(len(f.leaves) for f in fabric)
     results: list[CheckResult] = []
-    findings: list[Finding] = []
+    findings: list[FabricFinding] = []
     runs = 0
     all_rails_good: set[str] = set()  # known-good partners for all-rail tests
     for test in nccl.acceptance_plan(fabric):
@@ -359,12 +363,15 @@ def multinode_acceptance(
 
 def make_collective(
     runner: CommandRunner,
-) -> Callable[[ClusterView, Sequence[str], Options], tuple[list[CheckResult], list[Finding], int]]:
-    """The real ``Deps.collective``: srun on the first controller."""
+) -> Callable[
+    [ClusterView, Sequence[str], ValidationOptions],
+    tuple[list[CheckResult], list[FabricFinding], int],
+]:
+    """The real ``ValidationDeps.collective``: srun on the first controller."""
 
     def run(
-        view: ClusterView, nodes: Sequence[str], opts: Options
-    ) -> tuple[list[CheckResult], list[Finding], int]:
+        view: ClusterView, nodes: Sequence[str], opts: ValidationOptions
+    ) -> tuple[list[CheckResult], list[FabricFinding], int]:
         coll = nccl.SrunCollective(
             runner,
             view.controller(),
@@ -385,7 +392,7 @@ class Wiring:
     """The real collaborators of a run (the CLI's tests replace :func:`wire` with fakes)."""
 
     view: ClusterView
-    deps: Deps
+    deps: ValidationDeps
     slurm: SlurmClient | None
 
 
@@ -398,7 +405,7 @@ def wire(inventory: Path, *, need_slurm: bool = False) -> Wiring:
     view = ClusterView.load(inventory)
     meta = view.inventory.get("_meta", {}).get("hostvars", {})
     runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
-    deps = Deps(
+    deps = ValidationDeps(
         runner=runner,
         run_suite=_suite,
         collective=make_collective(runner),

@@ -202,7 +202,7 @@ class NodeVerdict:
 
 
 @dataclass(frozen=True)
-class Finding:
+class FabricFinding:
     """A fault that belongs to the fabric rather than to a node (e.g. a slow leaf uplink)."""
 
     kind: str
@@ -246,7 +246,7 @@ class BatchSummary:
 
     nodes: tuple[NodeVerdict, ...]
     level: Level = Level.QUICK
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[FabricFinding, ...] = ()
     started_at: str = ""
     finished_at: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)

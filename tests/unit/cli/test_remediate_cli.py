@@ -46,7 +46,9 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
         "nodes": [{"hostname": f"gpu0{i}", "role": "gpu"} for i in (1, 2, 3)],
     }
     view = ClusterView(InventoryDir(tmp_path / "inv"), topology, {})
-    deps = pipeline.Deps(runner=_Node(), run_suite=lambda *_: pytest.fail("no suite here"))
+    deps = pipeline.ValidationDeps(
+        runner=_Node(), run_suite=lambda *_: pytest.fail("no suite here")
+    )
     wiring = pipeline.Wiring(view, deps, SlurmClient(fake, "ctl01"))
     monkeypatch.setattr(cli.pipeline, "wire", lambda *_a, **_k: wiring)
     calls: list[tuple[str, ...]] = []

@@ -95,7 +95,7 @@ class Rig:
             clock=self.clock,
         )
 
-    def run(self, nodes: Sequence[str] | None = None) -> dict[str, rem.Outcome]:
+    def run(self, nodes: Sequence[str] | None = None) -> dict[str, rem.RemediationOutcome]:
         candidates, skipped = rem.candidates_now(self.admission, nodes)
         outcomes = self.remediator().run(candidates)
         return {o.node: o for o in [*outcomes, *skipped]}
@@ -388,4 +388,7 @@ def test_a_dry_run_plans_without_the_lock(rig: Rig) -> None:
     ],
 )
 def test_exit_code_failures_first_then_inconclusive(results: tuple[str, ...], code: int) -> None:
-    assert rem.exit_code([rem.Outcome(f"gpu0{i}", r, "") for i, r in enumerate(results)]) == code
+    assert (
+        rem.exit_code([rem.RemediationOutcome(f"gpu0{i}", r, "") for i, r in enumerate(results)])
+        == code
+    )

@@ -25,7 +25,9 @@ def test_four_nodes_say_no_peer_comparison_then_borrow_admitted_peers(
 ) -> None:
     w, _ = wiring(tmp_path, fake=fake)
     batch = ["gpu01", "gpu02", "gpu04", "gpu05"]
-    opts = pipeline.Options(level=Level.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out")
+    opts = pipeline.ValidationOptions(
+        level=Level.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out"
+    )
     alone = pipeline.run_validation(w.view, batch, opts, w.deps)
     r = _peer(alone, "gpu01")
     assert r.status is Status.SKIP
