@@ -28,10 +28,10 @@ from pathlib import Path
 
 from gpuforge.node import output
 from gpuforge.node import state as st
+from gpuforge.node.commands import Budget, Runner
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.probes import TIERS, Probe, UnavailableError, skip
 from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
-from gpuforge.node.run import Budget, Runner
 from gpuforge.validate import catalogue
 from gpuforge.validate.xid_catalogue import Action
 

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
+from gpuforge.node.commands import Output, Runner, ToolError
 from gpuforge.node.record import TEXT_MAX, CheckRecord, NodeEvent, clip
-from gpuforge.node.run import Output, Runner, ToolError
 from gpuforge.node.state import State
 from gpuforge.validate import catalogue, checks, flaps
 from gpuforge.validate.checks import JudgeOutcome

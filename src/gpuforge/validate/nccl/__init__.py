@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from gpuforge.validate.nccl.fabric import FabricMap, merge_findings
+from gpuforge.validate.nccl.findings import FabricMap, merge_findings
 from gpuforge.validate.nccl.localize import (
     CollectiveRun,
     Group,
