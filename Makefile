@@ -20,7 +20,7 @@ MOLECULE_JOBS ?= 3
 export CONTAINERS_CONF := $(CURDIR)/lab/containers.conf
 export ANSIBLE_CONFIG  := $(CURDIR)/ansible.cfg
 
-SYSTEM_PACKAGES := python3-venv podman runc debootstrap uidmap apt-utils gnupg dpkg-dev slirp4netns prometheus chromium
+SYSTEM_PACKAGES := python3-venv podman runc debootstrap uidmap apt-utils gnupg dpkg-dev slirp4netns prometheus chromium munge
 
 .PHONY: help
 help: ## Show this help

@@ -17,7 +17,8 @@ Not a test: prints figures. Three measurements:
    days and whole year.
 
 ``NODES`` (environment, default 12500) scales every part; ``DAY_ROUNDS`` (default 288) shortens
-the day for a quick look. Run with ``make bench``.
+the day for a quick look; ``PARTS`` (default ``round,day,year``) picks the parts (``round``: the
+collector alone, a minute). Run with ``make bench``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from gpuforge.slurm.control import SlurmClient
 
 NODES = int(os.environ.get("NODES", "12500"))
 DAY_ROUNDS = int(os.environ.get("DAY_ROUNDS", "288"))
+PARTS = set(os.environ.get("PARTS", "round,day,year").split(","))
 ROUND_S = 300.0
 T0 = 1_795_000_000.0
 CHECKS = (
@@ -333,13 +335,16 @@ def main() -> None:
     """Run the three parts and print their figures."""
     with tempfile.TemporaryDirectory(prefix="gpuforge-health-bench-") as tmp:
         work = Path(tmp)
-        r = bench_round(work)
-        print(  # noqa: T201 - the bench's output
-            f"health collector, one round of {NODES} records over HTTP "
-            f"({r['record_bytes'] / 1000:.1f} kB each): {r['wall_s']:.1f} s wall, "
-            f"{r['cpu_s']:.1f} CPU-s in the collector, {r['rps']:.0f} records/s "
-            f"({r['batches']:.0f} store batches; a round has {ROUND_S:.0f} s)"
-        )
+        if "round" in PARTS:
+            r = bench_round(work)
+            print(  # noqa: T201 - the bench's output
+                f"health collector, one round of {NODES} records over HTTP "
+                f"({r['record_bytes'] / 1000:.1f} kB each): {r['wall_s']:.1f} s wall, "
+                f"{r['cpu_s']:.1f} CPU-s in the collector, {r['rps']:.0f} records/s "
+                f"({r['batches']:.0f} store batches; a round has {ROUND_S:.0f} s)"
+            )
+        if not PARTS & {"day", "year"}:
+            return
         d = bench_day(work)
         print(  # noqa: T201 - the bench's output
             f"history store, a simulated day of {NODES} nodes ({DAY_ROUNDS} rounds; "
@@ -348,6 +353,8 @@ def main() -> None:
             f"changes {d['verdicts']:.0f}, snapshots {d['snapshots']:.0f}, "
             f"events {d['events']:.0f})"
         )
+        if "year" not in PARTS:
+            return
         y = bench_year(work, d)
         print(  # noqa: T201 - the bench's output
             f"history store, a year at that day's rates ({y['rows']:.0f} changes and events, "

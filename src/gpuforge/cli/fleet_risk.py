@@ -8,7 +8,6 @@ predictions (``--scorecard``).
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -17,15 +16,14 @@ from typing import IO
 import click
 import hostlist
 
-from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
+from gpuforge.admission import record_path
 from gpuforge.atomic import atomic_open
 from gpuforge.cli.common import echo_json, json_option, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
 from gpuforge.errors import InputError
-from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import HistoryStore
-from gpuforge.predict import act
+from gpuforge.predict import act, calibration, nightly, policy
 from gpuforge.predict.history import (
     History,
     OnError,
@@ -39,16 +37,8 @@ from gpuforge.predict.score import RiskReport, score_history
 from gpuforge.predict.signals import Window
 from gpuforge.predict.sources import from_prometheus, from_store
 
-_DURATION = re.compile(r"^(?P<n>[0-9]+(?:\.[0-9]+)?)(?P<unit>[smhd])$")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str, option: str) -> float:
-    """``7d``, ``12h``, ``30m``, ``90s`` in seconds; InputError naming ``option`` otherwise."""
-    match = _DURATION.match(text.strip())
-    if match is None or float(match["n"]) <= 0:
-        raise InputError(f"{option}: {text!r} is not a duration like 7d, 12h, 30m or 90s")
-    return float(match["n"]) * _UNITS[match["unit"]]
+parse_duration = policy.parse_duration
 
 
 def _labels(root: Path | None) -> tuple[str | None, dict[str, dict[str, str]], Fleet | None]:
@@ -195,7 +185,15 @@ def _dur(seconds: float) -> str:
     show_default=True,
     help="Circuit breaker: most of the fleet drained per window.",
 )
-@click.option("--scorecard", is_flag=True, help="Report the precision of past predictions.")
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Drain per a policy file (threshold, max per night, idle only, shadow; "
+    "docs/predictive.md): the nightly ranking's command.",
+)
+@click.option("--scorecard", is_flag=True, help="Report the precision of past predictions, and "
+              "the calibration on a labelled history (failures after --at).")  # fmt: skip
 @json_option
 def risk(  # noqa: PLR0917 - one parameter per CLI option
     cluster: str | None,
@@ -217,6 +215,7 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     via: str | None,
     shadow: bool,
     max_fraction: float,
+    policy_file: Path | None,
     scorecard: bool,
     as_json: bool,
 ) -> None:
@@ -228,10 +227,14 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     sources = [s for s in (history_file, from_store or None, prometheus) if s]
     if len(sources) != 1:
         raise InputError("give exactly one of --history FILE, --from-store, --prometheus URL")
-    window_s = parse_duration(window, "--window")
-    horizon_s = parse_duration(horizon, "--horizon")
+    if policy_file is not None and drain_top is not None:
+        raise InputError("give --policy FILE or --drain-top N, not both")
+    rules = policy.load(policy_file) if policy_file is not None else None
+    window_s = rules.window_s if rules else parse_duration(window, "--window")
+    horizon_s = rules.horizon_s if rules else parse_duration(horizon, "--horizon")
     at = _at(at_text)
-    root = _root(cluster, inventory, required=from_store or drain_top is not None)
+    acting = drain_top is not None or rules is not None
+    root = _root(cluster, inventory, required=from_store or acting)
     name, labels, fleet = _labels(root)
     history = _load(
         history_file, prometheus, state_dir, name, labels, at, window_s,
@@ -241,28 +244,42 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     if at is None:
         at = history.end if history_file and history.end is not None else time.time()
     if scorecard:
-        events = history.events
         admitted = record_path(state_dir, name) if name else None
-        if admitted is not None and admitted.is_file():
-            events = act.merge_events(events, act.admission_events(AdmissionRecord(admitted)))
-        card = act.scorecard(events, now=at, horizon_s=horizon_s)
-        _echo_scorecard(card, as_json)
+        card, labelled = nightly.scorecard(
+            history, admitted, Window(at, window_s), horizon_s=horizon_s, threshold=min_score
+        )
+        _echo_scorecard(card, labelled, as_json)
         return
     report = score_history(history, Window(at, window_s), horizon_s=horizon_s)
     for line in history.skipped:
         click.echo(f"warning: {history.source}: {line} (skipped)", err=True)
     outcomes: list[act.DrainOutcome] = []
-    if drain_top is not None and fleet is not None and root is not None:
-        outcomes = _drain(report, fleet, top=drain_top, state_dir=state_dir, root=root, via=via,
-                          include_busy=include_busy, min_score=min_score, shadow=shadow,
-                          max_fraction=max_fraction)  # fmt: skip
+    already = 0
+    if acting and fleet is not None and root is not None:
+        request = nightly.DrainRequest(
+            top=drain_top or 0, min_score=min_score, include_busy=include_busy,
+            shadow=shadow, max_fraction=max_fraction,
+        )  # fmt: skip
+        already, outcomes = nightly.act_on(
+            report, fleet, slurm_client(via, root), state_dir,
+            policy=rules.drain if rules else None, request=request,
+        )  # fmt: skip
     if as_json:
         data = report.to_dict()
-        if drain_top is not None:
+        if acting:
             data["drains"] = [o.to_dict() for o in outcomes]
+        if rules is not None:
+            data["policy"] = {"file": rules.source, "drained_tonight_before": already}
         echo_json(data)
         return
     _echo_report(report, limit)
+    if rules is not None:
+        d = rules.drain
+        click.echo(
+            f"policy {rules.source}: threshold {d.threshold}, {already} of {d.max_per_night} "
+            f"predicted drains made in the last 24 h, "
+            f"{'idle only' if d.idle_only else 'busy too'}{', shadow' if d.shadow else ''}"
+        )
     for o in outcomes:
         click.echo(f"drain-top {o.node}: {o.action} {o.reason} ({o.detail})")
 
@@ -317,65 +334,26 @@ def _at(text: str | None) -> float | None:
         raise InputError(str(exc)) from None
 
 
-def _drain(
-    report: RiskReport,
-    fleet: Fleet,
-    *,
-    top: int,
-    state_dir: Path,
-    root: Path,
-    via: str | None,
-    include_busy: bool,
-    min_score: float,
-    shadow: bool,
-    max_fraction: float,
-) -> list[act.DrainOutcome]:
-    cluster = fleet.name
-    admission = Admission(
-        slurm_client(via, root),
-        AdmissionRecord(record_path(state_dir, cluster)),
-        source="predict",
-        # the health collector's limits (DecisionPolicy), over every GPU node of the inventory;
-        # a node without a leaf counts towards the total only
-        breaker=BreakerPolicy(
-            population=len(fleet.nodes),
-            max_fraction=max_fraction,
-            max_per_group=DecisionPolicy().max_per_leaf,
-            groups=dict(fleet.leaves),
-            window_s=DecisionPolicy().window_s,
-        ),
-        shadow=shadow,
-    )
-    store_path = state_dir / cluster / "history.db"
-
-    def record(outcome: act.DrainOutcome) -> None:
-        if not store_path.is_file():
-            return
-        with HistoryStore.open(store_path, create=False) as store:
-            store.add_event(
-                outcome.node,
-                "drain",
-                check=act.predicted_check(outcome.signal),
-                action=act.PREDICTED_ACTION,
-                source="predict",
-                detail=outcome.reason,
-            )
-
-    return act.drain_top(
-        report,
-        admission,
-        top,
-        include_busy=include_busy,
-        min_score=min_score,
-        on_drained=record,
-        known=set(fleet.nodes),
-    )
-
-
-def _echo_scorecard(card: act.Scorecard, as_json: bool) -> None:
+def _echo_scorecard(
+    card: act.Scorecard, labelled: calibration.Evaluation | None, as_json: bool
+) -> None:
     if as_json:
-        echo_json(card.to_dict())
+        data = card.to_dict()
+        if labelled is not None:
+            data["calibration"] = labelled.to_dict()
+        echo_json(data)
         return
+    if labelled is not None:
+        e = labelled
+        shown = "n/a" if e.precision_flagged is None else f"{e.precision_flagged:.2f}"
+        click.echo(
+            f"calibration on the labelled history ({e.failures} nodes failed within the "
+            f"horizon): precision@{e.k} {e.precision_at_k:.2f}, recall@{e.k} "
+            f"{e.recall_at_k:.2f}; score >= {e.threshold:g}: {e.flagged} nodes, precision "
+            f"{shown}, recall {e.recall_flagged:.2f}; Brier {e.brier:.3f}"
+        )
+        for line in calibration.format_bins(e.bins):
+            click.echo(f"  {line}")
     counts = card.counts()
     precision = card.precision()
     shown = f"{precision:.0%}" if precision is not None else "n/a (none concluded yet)"

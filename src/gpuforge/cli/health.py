@@ -28,11 +28,15 @@ from gpuforge.cli.common import (
 )
 from gpuforge.cli.context import cluster_context, cluster_root, state_paths
 from gpuforge.cli.context import slurm_client as context_slurm_client
+from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
+from gpuforge.health.auth import POLICIES, SEQUENCE_FILE, Authenticator, Unmunge
 from gpuforge.health.collector import DEFAULT_PORT, Collector, make_server, parse_listen
 from gpuforge.health.decide import DRAIN_ACTIONS, Decider, DecisionPolicy
 from gpuforge.health.fleet import TEXTFILE_DIR
 from gpuforge.history.store import HistoryStore, Retention, iso
+from gpuforge.inventory.reader import host_vars
+from gpuforge.ssh import SshTarget
 
 # What other command modules take from here (fleet risk: the shared options and helpers).
 __all__ = [
@@ -129,6 +133,19 @@ def health() -> None:
 )
 @click.option("--shadow", is_flag=True, help="Decide and record, but change nothing in Slurm.")
 @click.option(
+    "--auth",
+    "auth_policy",
+    type=click.Choice(POLICIES),
+    default="required",
+    show_default=True,
+    help="Records without a valid munge credential of the node's root: refused (401), or "
+    "accepted and counted (optional, while munge is rolled out). With --via, unmunge runs there.",
+)
+@click.option("--auth-uid", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The uid whose munge credentials may speak for a node.")  # fmt: skip
+@click.option("--munge-socket", type=click.Path(dir_okay=False, path_type=Path),
+              help="munged's socket for unmunge (default: munge's own).")  # fmt: skip
+@click.option(
     "--metrics-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=TEXTFILE_DIR,
@@ -149,6 +166,9 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     window: float,
     resume_actions: tuple[str, ...],
     shadow: bool,
+    auth_policy: str,
+    auth_uid: int,
+    munge_socket: Path | None,
     metrics_dir: Path,
     snapshot_days: float,
     history_days: float,
@@ -172,12 +192,22 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     store = HistoryStore.open(ctx.state.history_db)
     admission = ctx.admission(slurm_client(via, ctx.path), "health")
     decider = Decider(admission, policy=policy, leaves=fleet.leaves, store=store)
+    unmunge = Unmunge(socket=munge_socket)
+    if via is not None:  # the lab: the host runs no munged with the cluster's key
+        target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
+        unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
+    sequences = ctx.state.root / SEQUENCE_FILE
+    try:
+        auth = Authenticator(auth_policy, uid=auth_uid, unmunge=unmunge, sequence_path=sequences)
+    except OSError as exc:
+        raise InputError(f"{sequences}: {exc.strerror or exc}") from None
     collector = Collector(
         fleet,
         store,
         decider,
         metrics_dir=metrics_dir,
         retention=Retention(snapshot_days=snapshot_days, history_days=history_days),
+        auth=auth,
     )
     try:
         server = make_server(collector, host, port)
@@ -192,7 +222,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     click.echo(
         f"gpuforge collector for {fleet.name} ({len(fleet.nodes)} GPU nodes) on "
         f"http://{host}:{server.server_address[1]}/v1/records; history {store.path}"
-        + ("; shadow mode" if shadow else ""),
+        + ("; shadow mode" if shadow else "")
+        + f"; munge credentials {auth_policy}",
         err=True,
     )
     try:
@@ -202,6 +233,7 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     finally:
         server.server_close()
         collector.stop()
+        auth.close()
         store.close()
 
 

@@ -1,14 +1,22 @@
 """The collector: nodes push their health records here; it stores them and decides on requests.
 
 ``gpuforge health serve`` runs one :class:`Collector` per cluster (a systemd service on the
-controller; in the lab a background process on the lab network's gateway). HTTP, stdlib only:
+controller; in the lab a background process on the lab network's gateway). HTTP by ``waitress``
+(a WSGI server made for services: one event loop parses requests with size limits, worker threads
+run them), every body made canonical by :mod:`gpuforge.health.intake` first:
 
 * ``POST /v1/records``: one record (``gpuforge.record/1``, parsed by :mod:`gpuforge.node.record`)
-  -> ``200 {"decision": {...}}`` (:class:`~gpuforge.health.decide.Decision`); ``400`` a record
-  that does not parse (the error names the field), ``403`` a record for a node sent from any
-  address but that node's management address (no forged drains), ``411``/``413`` no or too long
-  a body, ``503`` the store could not take it (the node keeps it in its spool and sends it again);
+  -> ``200 {"decision": {...}}`` (:class:`~gpuforge.health.decide.Decision`, and ``"refused"``
+  naming the fields and events left out of the stored record); ``400`` a body or record the
+  collector will never take (the error names the encoding or the field), ``403`` a record for a
+  node sent from any address but that node's management address (no forged drains), ``411``/
+  ``413``/``431`` no or too long a body, too long headers, ``422`` a record dated beyond
+  ``max_future_s`` ahead (the node's clock is wrong), ``503`` the store could not take it now
+  (the node keeps it in its spool and sends it again: the node retries 408, 429 and 5xx only);
 * ``GET /v1/healthz``: ``{"status": "ok", ...}`` with queue depths and counts.
+
+Every refusal is one log line, a client gone mid-request or before its answer too; no log ever
+holds a traceback (waitress's own log calls are folded into one line each).
 
 Records go to a writer thread that stores each batch in one transaction (group commit: a request
 is answered only after its record is committed, so an answered record is never lost). Requests
@@ -24,17 +32,29 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import socket
+import sqlite3
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Generic, TypeVar
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser, ParsingError
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.health import intake
+from gpuforge.health.auth import Authenticator
 from gpuforge.health.decide import Decider, Decision
 from gpuforge.health.fleet import (
     Fleet,
@@ -44,7 +64,8 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
-from gpuforge.node.record import from_json
+from gpuforge.node.output import MUNGE_HEADER
+from gpuforge.node.record import from_dict
 from gpuforge.slurm import control
 
 log = logging.getLogger(__name__)
@@ -53,6 +74,16 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 9477
 #: Largest record body accepted: 20 checks with 2,000-character evidence and some counters.
 MAX_BODY = 1 << 20
+#: Largest request line and headers (a node sends about 200 bytes): 431 beyond.
+MAX_HEADER = 16384
+#: Worker threads answering requests (each waits for its record's group commit, and a drain
+#: request for the decider): the batches are at most this large.
+THREADS = 128
+#: Open connections served at once; more wait in the listen backlog. Below the usual 1,024
+#: descriptors of a service, with room for the store's.
+CONNECTION_LIMIT = 900
+#: A connection with no complete request for this long is closed (a slow client holds no thread).
+IDLE_TIMEOUT_S = 10
 #: Seconds a request waits for its record to be stored / its decision to be made. A node gives
 #: up after its own timeout (2 s) and sends the record again with the next run; storing is
 #: idempotent for the node's events, and admission's decisions are.
@@ -61,6 +92,21 @@ DECIDE_WAIT_S = 120.0
 #: A request older than this (a spooled record sent late) is stored but not acted on: two of
 #: slurmd's default 300 s health check intervals.
 MAX_REQUEST_AGE_S = 600.0
+#: A record dated further ahead of the collector's clock than this is refused (422): a node's
+#: clock is wrong. NTP keeps nodes within milliseconds; 300 s is one health round.
+MAX_FUTURE_S = 300.0
+#: Errors of the writer that the record's content causes: the record will never be stored, so
+#: the answer is a 4xx (the node drops it) rather than a 503 (the node would send it forever).
+CONTENT_ERRORS = (
+    InputError,
+    ValueError,
+    TypeError,
+    KeyError,
+    OverflowError,
+    sqlite3.IntegrityError,
+    sqlite3.DataError,
+    sqlite3.InterfaceError,
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -112,7 +158,9 @@ class _Batcher(Generic[T, R]):
             try:
                 results = self._work([item for item, _ in batch])
             except Exception as exc:
-                log.error("%s: batch of %d failed: %s", self._thread.name, len(batch), exc)
+                # Each item that fails alone is reported by its caller (one line a request).
+                log.debug("%s: batch of %d failed: %s", self._thread.name, len(batch),
+                          _one_line(str(exc)))  # fmt: skip
                 self._one_by_one(batch)
                 continue
             self.batches += 1
@@ -132,6 +180,15 @@ class _Batcher(Generic[T, R]):
                 self.batches += 1
                 self.items += 1
                 fut.set_result(result)
+
+
+class _Refusal(Exception):  # noqa: N818 - a refusal, not a program error
+    """A record the collector will not take: the status, the error, the counter it adds to."""
+
+    def __init__(self, status: int, error: str, kind: str = "forged") -> None:
+        super().__init__(error)
+        self.status = status
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -155,10 +212,17 @@ class Collector:
         retention: Retention | None = None,
         max_batch: int = 1000,
         max_request_age_s: float = MAX_REQUEST_AGE_S,
+        max_future_s: float = MAX_FUTURE_S,
+        max_events_per_record: int = intake.EVENTS_PER_RECORD,
+        max_events_per_node_hour: int = intake.EVENTS_PER_NODE_HOUR,
         clock: Callable[[], float] = time.time,
+        auth: Authenticator | None = None,
     ) -> None:
         self.fleet = fleet
+        self.auth = auth  # None: the source address alone (tests, conformance's own collector)
         self.max_request_age_s = max_request_age_s
+        self.max_future_s = max_future_s
+        self.events = intake.EventBudget(max_events_per_record, max_events_per_node_hour)
         self.store = store
         self.decider = decider
         self.metrics_dir = metrics_dir
@@ -174,6 +238,12 @@ class Collector:
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="metrics", daemon=True)
         self.refused = 0
+        self._lock = threading.Lock()
+        #: Records refused by kind (malformed, forged, future) and stored without some fields or
+        #: events (trimmed); malformed HTTP requests (``http``) are counted by the server.
+        self.counts = dict.fromkeys(("malformed", "forged", "future", "trimmed", "http"), 0)
+        #: Future-dated records refused, by node (a node whose clock is wrong).
+        self.future_dated: dict[str, int] = {}
 
     def start(self) -> None:
         """Start the writer, the decider and the minute ticker."""
@@ -200,31 +270,31 @@ class Collector:
                 log.info("pruned history: %s", gone)
         return [1] * len(records)
 
-    def receive(self, body: bytes, peer: str) -> Answer:
-        """Handle one posted record from address ``peer``."""
+    def receive(self, body: bytes, peer: str, credential: str | None = None) -> Answer:
+        """Handle one posted record from address ``peer`` with its munge ``credential``.
+
+        Every refusal is one log line and a 4xx the node does not retry (a record the
+        collector will always refuse is dropped by the node); 503 only when the store could not
+        take a record it would take later.
+        """
+        now = self.clock()
         try:
-            record = from_json(body, "record").to_dict()
-        except InputError as exc:
-            return Answer(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            record, started, notes = self._admit(body, peer, now, credential)
+        except _Refusal as exc:
+            return self._refuse(peer, exc.status, str(exc), exc.kind)
         node = record["node"]
-        expected = self.fleet.addresses.get(node)
-        if expected is None:
-            return Answer(HTTPStatus.FORBIDDEN, {"error": f"{node} is not a GPU node of "
-                                                          f"{self.fleet.name}"})  # fmt: skip
-        if peer.removeprefix("::ffff:") != expected:  # an IPv4 peer of a dual-stack socket
-            log.warning("refused a record for %s from %s (its address is %s)", node, peer, expected)
-            return Answer(
-                HTTPStatus.FORBIDDEN,
-                {"error": f"a record for {node} is accepted only from {node}'s management address"},
-            )
+        # The body passed every check unchanged: stored as sent (no second serialisation).
+        text = intake.dumps(record) if notes else body.decode("utf-8")
         try:
-            self._writer.submit((record, body.decode())).result(timeout=STORE_WAIT_S)
-        except (InputError, ValueError, TypeError, KeyError) as exc:
+            self._writer.submit((record, text)).result(timeout=STORE_WAIT_S)
+        except CONTENT_ERRORS as exc:
             # The record itself cannot be stored: the node drops it rather than resend it forever.
-            return Answer(HTTPStatus.BAD_REQUEST, {"error": f"not stored: {exc}"})
+            return self._refuse(peer, HTTPStatus.BAD_REQUEST, f"not stored: {exc}", "malformed")
         except Exception as exc:
+            log.warning("%s: record from %s not stored (the node sends it again): %s",
+                        peer, node, _one_line(str(exc)))  # fmt: skip
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
-        age = self.clock() - parse_time(record["started"], "record.started")
+        age = self.clock() - started
         if not record.get("request"):
             decision = Decision(node, "none", "none", detail="no request")
         elif age > self.max_request_age_s:
@@ -242,7 +312,74 @@ class Collector:
                 op = str(record["request"].get("op"))
                 decision = Decision(node, op, "error", detail=f"not decided: {exc}")
             self._note(decision)
-        return Answer(HTTPStatus.OK, {"decision": decision.to_dict()})
+        answer: dict[str, Any] = {"decision": decision.to_dict()}
+        if notes:
+            answer["refused"] = notes
+        return Answer(HTTPStatus.OK, answer)
+
+    def _admit(
+        self, body: bytes, peer: str, now: float, credential: str | None
+    ) -> tuple[dict[str, Any], float, list[str]]:
+        """The record to store, its start time and what was left out of it; or :class:`_Refusal`."""
+        try:
+            taken = intake.canonical(body)
+            record = from_dict(taken.record, "record").to_dict()
+        except intake.Refused as exc:
+            raise _Refusal(exc.status, str(exc), "malformed") from None
+        except InputError as exc:
+            raise _Refusal(HTTPStatus.BAD_REQUEST, str(exc), "malformed") from None
+        node = record["node"]
+        expected = self.fleet.addresses.get(node)
+        if expected is None:
+            raise _Refusal(HTTPStatus.FORBIDDEN, f"{node} is not a GPU node of {self.fleet.name}")
+        if peer.removeprefix("::ffff:") != expected:  # an IPv4 peer of a dual-stack socket
+            raise _Refusal(
+                HTTPStatus.FORBIDDEN,
+                f"a record for {node} is accepted only from {node}'s management address"
+                f" (its address is {expected})",
+            )
+        # The record's munge credential: after the source address, before its date.
+        if self.auth is not None:
+            verdict = self.auth.check(node, expected, body, credential)
+            if not verdict.ok:
+                raise _Refusal(verdict.status, verdict.error)
+        try:
+            started = parse_time(record["started"], "record.started")
+        except InputError as exc:
+            raise _Refusal(HTTPStatus.BAD_REQUEST, str(exc), "malformed") from None
+        if started - now > self.max_future_s:
+            # A node whose clock runs ahead: stored, its record would stay the node's latest
+            # until the clock caught up, and hide every real record after it.
+            with self._lock:
+                self.future_dated[node] = self.future_dated.get(node, 0) + 1
+            raise _Refusal(
+                HTTPStatus.UNPROCESSABLE_ENTITY,
+                f"record.started: {record['started']} is {started - now:.0f} s ahead of the"
+                f" collector's clock (at most {self.max_future_s:.0f} s): {node}'s clock is wrong",
+                "future",
+            )
+        notes = list(taken.refused)
+        events = record.get("events") or []
+        kept = self.events.take(node, len(events), now)
+        if kept < len(events):
+            record["events"] = events[:kept]
+            notes.append(
+                f"events: {len(events) - kept} of {len(events)} not stored (the cap is "
+                f"{self.events.per_record} a record, {self.events.per_node_hour} a node an hour)"
+            )
+        if notes:
+            with self._lock:
+                self.counts["trimmed"] += 1
+            log.warning("%s: record from %s stored without: %s", peer, node,
+                        _one_line("; ".join(notes)))  # fmt: skip
+        return record, started, notes
+
+    def _refuse(self, peer: str, status: int, error: str, kind: str) -> Answer:
+        """One log line, one count, and the answer for a record the collector will not take."""
+        with self._lock:
+            self.counts[kind] += 1
+        log.warning("%s: refused a record (%d): %s", peer, status, _one_line(error))
+        return Answer(status, {"error": error})
 
     def _note(self, decision: Decision) -> None:
         if decision.done in ("drained", "resumed", "refused", "held", "shadow", "error"):
@@ -272,6 +409,14 @@ class Collector:
             "stored": self._writer.items,
             "batches": self._writer.batches,
             "refused": self.refused,
+            "records_refused": {
+                k: v for k, v in self.counts.items() if k not in ("trimmed", "http")
+            },
+            "records_trimmed": self.counts["trimmed"],
+            "malformed_requests": self.counts["http"],
+            "events_dropped": dict(self.events.dropped),
+            "future_dated": dict(sorted(self.future_dated.items())),
+            "auth": self.auth.stats() if self.auth else None,
         }
 
     def write_metrics(self, *, read_slurm: bool = True) -> Path | None:
@@ -289,7 +434,36 @@ class Collector:
             except GpuforgeError as exc:
                 log.warning("fleet metrics without Slurm's view: %s", exc)
         status = fleet_status(self.fleet, self.store, nodes, now=now)
-        return write_textfile(self.metrics_dir, controller_metrics(status, breaker))
+        text = controller_metrics(status, breaker) + self.intake_metrics()
+        return write_textfile(self.metrics_dir, text)
+
+    def intake_metrics(self) -> str:
+        """The collector's own counters in Prometheus text format (the controller's textfile)."""
+        with self._lock:
+            counts = dict(self.counts)
+            future = sorted(self.future_dated.items())
+        dropped = dict(self.events.dropped)
+        out = [
+            "# HELP gpuforge_collector_refused_records_total Records refused, by why "
+            "(malformed, forged, future-dated).",
+            "# TYPE gpuforge_collector_refused_records_total counter",
+            *(f'gpuforge_collector_refused_records_total{{why="{k}"}} {counts[k]}'
+              for k in ("malformed", "forged", "future")),
+            "# HELP gpuforge_collector_malformed_requests_total HTTP requests refused before a "
+            "record was read (framing, size, path, method).",
+            "# TYPE gpuforge_collector_malformed_requests_total counter",
+            f"gpuforge_collector_malformed_requests_total {counts['http']}",
+            "# HELP gpuforge_collector_events_dropped_total Events not stored, by the cap that "
+            "dropped them.",
+            "# TYPE gpuforge_collector_events_dropped_total counter",
+            *(f'gpuforge_collector_events_dropped_total{{limit="{k}"}} {v}'
+              for k, v in sorted(dropped.items())),
+            "# HELP gpuforge_collector_future_records_total Records refused as dated ahead of "
+            "the collector's clock, by node (the node's clock is wrong).",
+            "# TYPE gpuforge_collector_future_records_total counter",
+            *(f'gpuforge_collector_future_records_total{{node="{n}"}} {v}' for n, v in future),
+        ]  # fmt: skip
+        return "\n".join(out) + "\n"
 
     def _tick(self) -> None:
         while not self._stop.wait(60.0):
@@ -299,57 +473,308 @@ class Collector:
                 log.warning("controller metrics not written: %s", exc)
 
 
-def make_server(collector: Collector, host: str, port: int) -> ThreadingHTTPServer:
+def _one_line(text: str, limit: int = 1000) -> str:
+    """``text`` safe for one log line: control characters escaped, at most ``limit`` long."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit * 2])
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _json_response(
+    start_response: StartResponse, status: int, body: Mapping[str, Any], *, error: bool = False
+) -> list[bytes]:
+    data = json.dumps(body, sort_keys=True).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+    line = f"{status} {HTTPStatus(status).phrase}"
+    if error:  # PEP 3333: a second start_response, before anything was sent, carries exc_info
+        start_response(line, headers, sys.exc_info())
+    else:
+        start_response(line, headers)
+    return [data]
+
+
+def wsgi_app(collector: Collector) -> WSGIApplication:
+    """The collector's HTTP endpoints as a WSGI application (it never raises)."""
+
+    def refuse(start_response: StartResponse, peer: str, status: int, error: str) -> list[bytes]:
+        with collector._lock:
+            collector.counts["http"] += 1
+        log.warning("%s: refused a request (%d): %s", peer, status, _one_line(error))
+        return _json_response(start_response, status, {"error": error})
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        peer = str(environ.get("REMOTE_ADDR", "?"))
+        method, path = str(environ.get("REQUEST_METHOD")), str(environ.get("PATH_INFO"))
+        try:
+            if path == "/v1/healthz" and method == "GET":
+                return _json_response(start_response, HTTPStatus.OK, collector.healthz())
+            if path not in ("/v1/healthz", "/v1/records"):
+                return refuse(start_response, peer, HTTPStatus.NOT_FOUND, f"no {path}")
+            if method != "POST" or path != "/v1/records":
+                allowed = "GET" if path == "/v1/healthz" else "POST"
+                return refuse(start_response, peer, HTTPStatus.METHOD_NOT_ALLOWED,
+                              f"{path} takes {allowed}, not {method}")  # fmt: skip
+            length = environ.get("CONTENT_LENGTH")
+            if not length:  # the server checked that a Content-Length given is digits
+                return refuse(start_response, peer, HTTPStatus.LENGTH_REQUIRED,
+                              "Content-Length required")  # fmt: skip
+            body = environ["wsgi.input"].read(int(length))
+            credential = environ.get("HTTP_" + MUNGE_HEADER.upper().replace("-", "_"))
+            answer = collector.receive(body, peer, None if credential is None else str(credential))
+            return _json_response(start_response, answer.status, answer.body)
+        except Exception as exc:  # a bug of ours: one line, and the node sends the record again
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb else "?"
+            log.error("%s: %s %s failed: %s: %s (%s)", peer, method, path,
+                      type(exc).__name__, _one_line(str(exc)), where)  # fmt: skip
+            error = {"error": f"internal error: {type(exc).__name__}"}
+            return _json_response(start_response, 500, error, error=True)
+
+    return app
+
+
+class _QueueLog:
+    """waitress's "Task queue depth" warning (one a request in a burst), at most one a minute."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last >= 60.0:
+            self._last = now
+            log.info("http: every worker busy (%s)", message % args)
+
+
+class _WaitressLog:
+    """waitress's own log calls as one line each on the collector's log, never a traceback.
+
+    Its "Client disconnected while serving" is left out: the channel has said it (one line).
+    """
+
+    def log(self, level: int, message: str, *args: object, **_: object) -> None:
+        text = message % args if args else message
+        if text.startswith("Client disconnected while serving"):
+            return
+        exc = sys.exc_info()[1]
+        if exc is not None and level >= logging.ERROR:
+            text += f": {type(exc).__name__}: {exc}"
+        log.log(level, "http: %s", _one_line(text))
+
+    def debug(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.DEBUG, message, *args, **kw)
+
+    def info(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.INFO, message, *args, **kw)
+
+    def warning(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.WARNING, message, *args, **kw)
+
+    def error(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.ERROR, message, *args, **kw)
+
+    def exception(self, message: str, *args: object, **kw: object) -> None:
+        self.log(logging.ERROR, message, *args, **kw)
+
+    critical = error
+
+
+_WAITRESS_LOG = _WaitressLog()
+
+
+class _Parser(HTTPRequestParser):  # type: ignore[misc]  # waitress has no type hints
+    """waitress's parser, with a Content-Length too long for an int answered 400 too."""
+
+    def parse_header(self, header_plus: bytes) -> None:
+        try:
+            super().parse_header(header_plus)
+        except ValueError as exc:  # int() of 5,000 digits: beyond Python's conversion limit
+            raise ParsingError(f"Content-Length is invalid ({exc})") from None
+
+
+class _ErrorTask(ErrorTask):  # type: ignore[misc]
+    """A request waitress refused before the application (framing, size): JSON and one line."""
+
+    def execute(self) -> None:
+        error = self.request.error
+        peer = self.channel.addr[0] if self.channel.addr else "?"
+        collector: Collector = self.channel.server.collector
+        with collector._lock:
+            collector.counts["http"] += 1
+        log.warning("%s: refused a request (%d %s): %s", peer, error.code, error.reason,
+                    _one_line(str(error.body)))  # fmt: skip
+        body = json.dumps({"error": f"{error.reason}: {error.body}"}, sort_keys=True).encode()
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+class _Task(WSGITask):  # type: ignore[misc]
+    """A request's task: marks its request answered as the answer's last bytes go out."""
+
+    def write(self, data: bytes) -> None:
+        length = self.content_length
+        if length is not None and self.content_bytes_written + len(data) >= length:
+            self.channel.answered = self.request  # the client may read it and close at once
+        super().write(data)
+
+
+class _Channel(HTTPChannel):  # type: ignore[misc]
+    """One connection: a client that goes away or stalls is one log line, never a traceback."""
+
+    parser_class = _Parser
+    task_class = _Task
+    error_task_class = _ErrorTask
+    answered: object = None
+    logger = _WAITRESS_LOG
+    _gone = False
+
+    def handle_close(self) -> None:
+        if not self._gone:
+            self._gone = True
+            self._say_why()
+        super().handle_close()
+
+    def _say_why(self) -> None:
+        peer = self.addr[0] if self.addr else "?"
+        partial = self.request
+        started = partial is not None and bool(partial.header_plus or partial.headers_finished)
+        if self.will_close or self.close_when_flushed:
+            # The collector closes it: after an answer that closes the connection (no line: the
+            # answer had its own), or a client that sent nothing complete for the idle timeout.
+            if started and time.time() - self.last_activity >= self.adj.channel_timeout:
+                log.warning("%s: connection closed: no complete request in %s s (%d body bytes)",
+                            peer, self.adj.channel_timeout, self._received(partial))  # fmt: skip
+            return
+        if started:
+            log.warning("%s: connection closed mid-request (the client went away; %d of %d"
+                        " body bytes)", peer, self._received(partial),
+                        partial.content_length)  # fmt: skip
+        elif self.requests and self.requests[0] is not self.answered:
+            # A request running stores its record; one not yet begun is not run (the node got
+            # no answer: it keeps the record in its spool and sends it again).
+            log.warning("%s: the client went away before its answer was sent", peer)
+        else:
+            with self.outbuf_lock:  # a worker flushing an answer updates the count under it
+                unsent = self.total_outbufs_len
+            if unsent:
+                log.warning("%s: the client went away with %d bytes of its answer unsent",
+                            peer, unsent)  # fmt: skip
+
+    @staticmethod
+    def _received(partial: Any) -> int:
+        return int(partial.body_bytes_received) if partial.body_rcv is not None else 0
+
+    def handle_error(self) -> None:
+        _, value, _ = sys.exc_info()
+        peer = self.addr[0] if self.addr else "?"
+        log.error("%s: connection closed: %s: %s", peer, type(value).__name__,
+                  _one_line(str(value)))  # fmt: skip
+        self._gone = True
+        self.handle_close()
+
+
+class CollectorServer:
+    """The collector's HTTP server (waitress): ``serve_forever``/``shutdown``/``server_close``.
+
+    waitress parses each request in one event loop, with limits on the header and body sizes,
+    and hands complete requests to ``threads`` workers running :func:`wsgi_app`; the workers
+    wait for the writer's group commit and the decider like the request threads did before.
+    """
+
+    def __init__(
+        self, collector: Collector, host: str, port: int, *, threads: int, idle_timeout_s: int
+    ) -> None:
+        try:
+            adj = _adjustments(host, port, threads, idle_timeout_s)
+        except ValueError:  # waitress's word for a host that does not resolve
+            raise OSError(f"{host}: not an address to listen on (it does not resolve)") from None
+        dispatcher = ThreadedTaskDispatcher()
+        dispatcher.logger = _WAITRESS_LOG
+        dispatcher.queue_logger = _QueueLog()
+        dispatcher.set_thread_count(threads)
+        self._map: dict[int, Any] = {}
+
+        class Server(TcpWSGIServer):  # type: ignore[misc]
+            channel_class = _Channel
+            logger = _WAITRESS_LOG
+
+        try:
+            self._server = Server(wsgi_app(collector), map=self._map, dispatcher=dispatcher,
+                                  adj=adj, sockinfo=_first_ipv4(adj.listen))  # fmt: skip
+        except OSError:
+            wasyncore.close_all(self._map)  # the socket and the trigger of a failed bind
+            dispatcher.shutdown(timeout=1)  # and no worker threads left behind
+            raise
+        self._server.collector = collector
+        self.server_address: tuple[str, int] = (
+            str(self._server.effective_host),
+            int(self._server.effective_port),
+        )
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until :meth:`shutdown`."""
+        self._stopped.clear()
+        try:
+            while not self._stop.is_set() and self._map:
+                wasyncore.loop(timeout=poll_interval, map=self._map, use_poll=True, count=1)
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` (from another thread) and wait until it has returned."""
+        self._stop.set()
+        self._server.pull_trigger()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        """Close the listening socket and every connection; stop the workers."""
+        wasyncore.close_all(self._map)
+        self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+
+
+def _adjustments(host: str, port: int, threads: int, idle_timeout_s: int) -> Adjustments:
+    """waitress's settings for the collector; ValueError when ``host`` does not resolve."""
+    return Adjustments(
+        host=host,
+        port=port,
+        threads=threads,
+        ident="gpuforge-collector",
+        max_request_body_size=MAX_BODY + 1,  # waitress refuses a body of this size or more
+        max_request_header_size=MAX_HEADER,
+        inbuf_overflow=MAX_BODY + 1,  # a record stays in memory, never in a temporary file
+        channel_timeout=idle_timeout_s,  # a slow or idle client is closed
+        cleanup_interval=idle_timeout_s / 2,  # looked for this often
+        channel_request_lookahead=1,  # read on while a request runs: see a client go away
+        connection_limit=CONNECTION_LIMIT,
+        backlog=4096,  # slurmd starts every node's check at the same moment
+        asyncore_use_poll=True,  # select() stops at 1,024 descriptors
+        log_socket_errors=False,  # a client gone is one line from the channel, no traceback
+        expose_tracebacks=False,
+    )
+
+
+def _first_ipv4(listen: list[Any]) -> Any:
+    """The first IPv4 address a host name resolves to (the nodes post to IPv4), else the first."""
+    return next((info for info in listen if info[0] == socket.AF_INET), listen[0])
+
+
+def make_server(
+    collector: Collector,
+    host: str,
+    port: int,
+    *,
+    threads: int = THREADS,
+    idle_timeout_s: int = IDLE_TIMEOUT_S,
+) -> CollectorServer:
     """An HTTP server for ``collector`` bound to ``host:port`` (call ``serve_forever``)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpuforge-collector"
-        protocol_version = "HTTP/1.1"
-        timeout = 10  # a slow client cannot hold a thread
-
-        def _send(self, status: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body, sort_keys=True).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path == "/v1/healthz":
-                self._send(HTTPStatus.OK, collector.healthz())
-            else:
-                self._send(HTTPStatus.NOT_FOUND, {"error": f"no {self.path}"})
-
-        def do_POST(self) -> None:
-            if self.path != "/v1/records":
-                self.close_connection = True
-                self._send(HTTPStatus.NOT_FOUND, {"error": f"no {self.path}"})
-                return
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self.close_connection = True
-                self._send(HTTPStatus.LENGTH_REQUIRED, {"error": "Content-Length required"})
-                return
-            if int(length) > MAX_BODY:
-                self.close_connection = True
-                self._send(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                    {"error": f"a record is at most {MAX_BODY} bytes, not {length}"},
-                )
-                return
-            body = self.rfile.read(int(length))
-            answer = collector.receive(body, self.client_address[0])
-            self._send(answer.status, answer.body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.client_address[0], *args)
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 4096  # slurmd starts every node's check at the same moment
-
-    return Server((host, port), Handler)
+    return CollectorServer(collector, host, port, threads=threads, idle_timeout_s=idle_timeout_s)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

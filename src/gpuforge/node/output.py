@@ -5,12 +5,25 @@ metrics file, the prolog never reads half a record. The spool keeps undelivered 
 ``spool_max`` (the oldest are dropped and counted in ``gpuforge_health_spool_dropped_total``);
 each run sends the spool oldest first and stops at the first failure, so a collector that is
 down costs one timeout per run and never fails the check.
+
+Each record is sent with a munge credential (header ``X-Gpuforge-Munge``, docs/health.md,
+"Authentication"), encoded when it is sent (a spooled record gets a fresh one: credentials live
+300 s) as the user the checker runs as (root), whose payload names the node, the sha256 of the
+exact body and the node's next sequence number (``<state_dir>/sequence``). One process at a time
+sends (``<state_dir>/.send.lock``), so the collector sees a node's sequence rise. When munge is
+missing or fails the record goes without a credential, the collector decides, and one line on
+stderr says why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
+import os
+import re
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,11 +34,21 @@ from typing import Any
 
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.record import Record
+from gpuforge.node.run import Budget, Runner, ToolError
 from gpuforge.node.state import State, Streak, write_atomic
 
 #: Metric encoding of a status (skip is not written).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
 SPOOL = "spool"
+#: The request header that carries a record's munge credential.
+MUNGE_HEADER = "X-Gpuforge-Munge"
+#: Seconds ``munge`` may take (it answers in milliseconds from the local munged).
+MUNGE_TIMEOUT_S = 1.0
+#: The payload's schema: ``{"v": 1, "node": ..., "sha256": ..., "seq": ...}``.
+MUNGE_PAYLOAD_VERSION = 1
+SEQUENCE = "sequence"
+SEND_LOCK = ".send.lock"
+_CREDENTIAL = re.compile(r"MUNGE:[A-Za-z0-9+/=]{1,8192}:")
 
 
 def last_path(config: HealthConfig, tier: str) -> Path:
@@ -171,17 +194,24 @@ def spool(config: HealthConfig, record: Record, state: State) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What sending the spool did: records sent, the first failure, the last answer."""
+    """What sending the spool did: records sent, the first failure, the last answer, and why
+    records went without a munge credential (empty when every one had it)."""
 
     sent: int
     error: str
     answer: Mapping[str, Any] | None
+    unsigned: str = ""
 
 
-def post(url: str, body: bytes, timeout: float) -> Mapping[str, Any]:
+def post(
+    url: str, body: bytes, timeout: float, headers: Mapping[str, str] | None = None
+) -> Mapping[str, Any]:
     """POST one record; the collector's JSON answer. Raises OSError/ValueError on failure."""
     request = urllib.request.Request(  # noqa: S310 - the URL's scheme is checked by config.load
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
     )
     # No proxy: the collector is on the management network, and an http_proxy in slurmd's
     # environment must not route a drain request elsewhere.
@@ -194,39 +224,147 @@ def post(url: str, body: bytes, timeout: float) -> Mapping[str, Any]:
     return answer
 
 
-def deliver(config: HealthConfig, *, deadline: float, limit: int | None = None) -> Delivery:
+def next_sequence(config: HealthConfig, *, now: float | None = None) -> int:
+    """The node's next sequence number, saved in ``<state_dir>/sequence`` before it is used.
+
+    Above the last one and never below the clock in milliseconds, so a node whose state
+    directory was wiped (reinstalled) still counts on from where it was. The caller holds the
+    send lock.
+    """
+    path = config.state_dir / SEQUENCE
+    try:
+        last = int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        last = 0
+    seq = max(last + 1, int((time.time() if now is None else now) * 1000))
+    write_atomic(path, f"{seq}\n", mode=0o600)
+    return seq
+
+
+def munge_payload(node: str, body: bytes, seq: int) -> str:
+    """What the credential vouches for: the node, the body's sha256 and the sequence."""
+    digest = hashlib.sha256(body).hexdigest()
+    doc = {"v": MUNGE_PAYLOAD_VERSION, "node": node, "sha256": digest, "seq": seq}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def seal(
+    config: HealthConfig, body: bytes, *, deadline: float, socket: Path | None = None
+) -> tuple[str | None, str]:
+    """A munge credential for ``body`` (the next sequence number in its payload), or None and
+    why not (munge missing, munged down, out of time)."""
+    left = deadline - time.monotonic()
+    try:
+        seq = next_sequence(config)
+    except OSError as exc:
+        return None, f"the sequence file is not writable ({exc.strerror or exc})"
+    argv = ["munge", "--string", munge_payload(config.node, body, seq)]
+    if socket is not None:
+        argv += ["--socket", str(socket)]
+    try:
+        out = Runner(Budget(left), cap_s=MUNGE_TIMEOUT_S).run(argv)
+    except ToolError as exc:
+        detail = exc.output.strip().splitlines()[-1:] if exc.output else []
+        return None, f"munge: {exc.why}" + (f": {detail[0][:200]}" if detail else "")
+    credential = out.stdout.strip()
+    if not _CREDENTIAL.fullmatch(credential):
+        return None, f"munge printed no credential ({credential[:80]!r})"
+    return credential, ""
+
+
+def _send_lock(config: HealthConfig, deadline: float) -> int | None:
+    """A descriptor holding ``<state_dir>/.send.lock`` (one sender per node, so that its
+    sequence reaches the collector in order), or None when another run holds it past
+    ``deadline``. Closing the descriptor releases the lock."""
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(config.state_dir / SEND_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() + 0.05 >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+        except OSError:
+            os.close(fd)
+            raise
+
+
+def _refusal(exc: urllib.error.HTTPError) -> str:
+    try:
+        error = json.loads(exc.read(10_000) or b"{}").get("error", "")
+    except (OSError, ValueError, AttributeError):
+        error = ""
+    return f"HTTP {exc.code}" + (f": {str(error)[:200]}" if error else "")
+
+
+def deliver(
+    config: HealthConfig,
+    *,
+    deadline: float,
+    limit: int | None = None,
+    munge_socket: Path | None = None,
+) -> Delivery:
     """Send the spool oldest first until it is empty, a send fails or ``deadline`` (monotonic).
 
-    Each answer is saved as ``decision.json`` (the newest wins). Never raises for the network.
+    Each record gets a fresh munge credential (``munge_socket``: munged's socket, default
+    munge's own). Each answer is saved as ``decision.json`` (the newest wins). A record refused
+    as unauthenticated (401) stays in the spool: the next run sends it with a new credential.
+    Never raises for the network.
     """
     if config.collector is None:
         return Delivery(0, "no collector configured", None)
+    try:
+        fd = _send_lock(config, deadline)
+    except OSError as exc:
+        return Delivery(0, f"the send lock is not usable ({exc.strerror or exc})", None)
+    if fd is None:
+        return Delivery(0, "another run is sending the spool", None)
+    try:
+        delivery = _send(config, deadline=deadline, limit=limit, munge_socket=munge_socket)
+    finally:
+        os.close(fd)
+    if delivery.unsigned:
+        sys.stderr.write(f"gpuforge-node: records sent without a credential: {delivery.unsigned}\n")
+    return delivery
+
+
+def _send(
+    config: HealthConfig, *, deadline: float, limit: int | None, munge_socket: Path | None
+) -> Delivery:
+    assert config.collector is not None  # noqa: S101 - checked by deliver
     url = config.collector.url + "/v1/records"
     sent = 0
+    unsigned = ""
     answer: Mapping[str, Any] | None = None
     for path in spooled(config)[:limit]:
-        left = deadline - time.monotonic()
-        if left < 0.1:
-            return Delivery(sent, "time budget spent", answer)
+        if deadline - time.monotonic() < 0.1:
+            return Delivery(sent, "time budget spent", answer, unsigned)
         try:
             body = path.read_bytes()
         except OSError:
             continue
+        credential, why = seal(config, body, deadline=deadline, socket=munge_socket)
+        unsigned = unsigned or why
+        headers = {MUNGE_HEADER: credential} if credential else {}
+        left = deadline - time.monotonic()
         try:
-            answer = post(url, body, min(config.collector.timeout_s, left))
+            answer = post(url, body, min(config.collector.timeout_s, max(left, 0.05)), headers)
         except urllib.error.HTTPError as exc:
-            if 400 <= exc.code < 500 and exc.code not in (408, 429):
+            if 400 <= exc.code < 500 and exc.code not in (401, 408, 429):
                 # The collector refused this record for good (corrupt, not ours): keeping it
                 # would block the spool forever.
                 path.unlink(missing_ok=True)
                 continue
-            return Delivery(sent, f"{url}: HTTP {exc.code}", answer)
+            return Delivery(sent, f"{url}: {_refusal(exc)}", answer, unsigned)
         except (OSError, ValueError) as exc:
-            return Delivery(sent, f"{url}: {exc}", answer)
+            return Delivery(sent, f"{url}: {exc}", answer, unsigned)
         path.unlink(missing_ok=True)
         sent += 1
         write_atomic(decision_path(config), json.dumps(answer, sort_keys=True) + "\n")
-    return Delivery(sent, "", answer)
+    return Delivery(sent, "", answer, unsigned)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -37,7 +37,6 @@ from gpuforge.predict.score import (
     BANKS_LOW,
     BANKS_NONE,
     ECC_SBE,
-    GPU_TEMP,
     IB_LINK_DOWNED,
     IB_SYMBOL,
     NVLINK_CRC,
@@ -46,9 +45,8 @@ from gpuforge.predict.score import (
     REMAP_FAILURE,
     REMAP_PENDING,
     REMAP_UNCORRECTABLE,
-    SM_CLOCK,
 )
-from gpuforge.predict.signals import DAY_S, HOUR_S, FloatArray
+from gpuforge.predict.signals import DAY_S, GPU_TEMP, HOUR_S, SM_CLOCK, FloatArray
 
 #: Degradation modes and their share among failures that give warning.
 MODES = {

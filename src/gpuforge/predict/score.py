@@ -2,24 +2,25 @@
 
 Signals (names are stable: they appear in reasons, drains and the scorecard):
 
-* ``ecc_sbe_rate``, ``pcie_replay``, ``nvlink_crc``, ``ib_symbol_errors``: a counter's rate in
-  the last bin against its peers (robust z: median and MAD of the same metric among nodes of the
-  same ``node_type``) and its trend over the window (Theil-Sen). A rate high against the peers in
-  fewer than :data:`PERSISTENT_BINS` bins is a one-off burst: reported, weak, never a drain;
+* ``ecc_sbe_rate``, ``pcie_replay``, ``nvlink_crc``, ``ib_symbol_errors``: a counter's growth,
+  never its level: the last bin's rate against the node's own earlier rate and against its peers'
+  (same ``node_type`` and same GPU or port position; robust z on log rates with a minimum effect
+  size), rising only when it grew beyond Poisson noise in several bins; a steady high rate or a
+  one-off burst is reported weak. A counter that stopped growing has no finding;
 * ``ib_link_downed``: a port whose link went down repeatedly within the window;
 * ``row_remap``: remapped rows against NVIDIA's limits (512 per GPU; banks whose spare rows are
   low or gone, DCGM's bank histogram), their growth within the window, a pending remap;
-* ``thermal_drift``: one GPU warming more than the other GPUs of its node (which run the same
-  job, so a load change is no drift) and more than its rack (so a whole rack warming is not N
-  nodes at risk);
-* ``clock_low``: a GPU whose SM clock runs far below its peers';
+* ``thermal_drift``: one GPU warming against its node's other GPUs at the same samples (same
+  job, same load), persistently and more than its peers; a rack warming together is a facility
+  finding (``cooling``), not its nodes;
+* ``clock_low``: a GPU whose SM clock under load falls further behind its node's GPUs;
 * ``xid_recurrence``: Xid 13/31/43 (application-class) recurring on the same GPU, or a
   hardware Xid seen again; ``remediation_recurrence``: more than one remediation or health drain
   of the node within the window (NVSentinel's rule of thumb).
 
-A rack whose nodes warm together is a facility finding (``cooling``), and a leaf where most nodes
-see the same fabric errors is a ``fabric`` finding: their nodes are not scored for it.
-A node's score is the noisy-or of its strongest finding per signal, in [0, 1).
+A leaf where most nodes see the same fabric errors is a ``fabric`` finding. A node's evidence is
+the noisy-or of its strongest finding per signal; its score is that evidence calibrated
+(:func:`calibrated`) as the probability of a failure within the horizon.
 """
 
 from __future__ import annotations
@@ -33,15 +34,25 @@ import numpy as np
 
 from gpuforge.predict.history import Event, FloatArray, History, format_time
 from gpuforge.predict.signals import (
+    CLOCK_DEFICIT,
     DAY_S,
+    GPU_TEMP,
+    GPU_UTIL,
     HOUR_S,
+    JOINT,
+    SM_CLOCK,
+    TEMP_EXCESS,
+    TEMP_LOADED,
     Features,
+    Pending,
     Window,
     counter_features,
     gauge_features,
+    joint_gauges,
     level_features,
     nanmedian_rows,
     robust_scale,
+    theil_sen,
 )
 from gpuforge.validate.xid_catalogue import catalogue as xid_catalogue
 
@@ -68,8 +79,6 @@ REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
 REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 BANKS_LOW = "DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_LOW"
 BANKS_NONE = "DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_NONE"
-GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
-SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
 
 COUNTERS: Mapping[str, CounterSignal] = {
     ECC_SBE: CounterSignal("ecc_sbe_rate", "correctable ECC errors", 1.0),
@@ -87,19 +96,43 @@ REMAP_METRICS = (
     BANKS_NONE,
 )
 GAUGES = (GPU_TEMP, SM_CLOCK)
+#: The exported gauge read only as the load of the joint gauges (signals.joint_gauges).
+LOAD = GPU_UTIL
 #: Every metric the scorer reads; others in a history are ignored.
 METRICS = (*COUNTERS, *REMAP_METRICS, *GAUGES)
 #: NVIDIA: row remapping supports up to 512 remappings per GPU frame buffer (docs/predictive.md).
 REMAP_LIMIT = 512
 #: Xids NVIDIA sends to the application first; recurring on one GPU they point at the GPU.
 RECURRING_XIDS = frozenset({13, 31, 43})
-#: Elevated bins needed before a high rate counts as persistent rather than a burst.
+#: Bins (of the last RECENT_BINS) in which a rate or deviation must have grown: persistence.
 PERSISTENT_BINS = 2
+#: The recent part of the window; the bins before it are the node's own earlier baseline.
+RECENT_BINS = 3
+#: Minimum effect size: a rate must be this many times its peers' and its own earlier rate.
+MIN_EFFECT = 3.0
+#: Floor of the peers' spread of log10 rates (a fleet of equal rates: x1.4 is still noise).
+LOG_NOISE = 0.15
+#: One bin holding this share of a series' increments in the window is a one-off burst.
+BURST_SHARE = 0.6
+#: Peer groups smaller than this fall back from "same position" to "same node type".
+MIN_PEERS = 8
+#: Probabilities of a failure within the horizon given one finding (calibrated on the first
+#: generator's fleets, reported on the held-out generator's: docs/predictive.md).
+P_BURST = 0.02
+P_STEADY = 0.03
+P_RISING = 0.45
+P_MAX = 0.9
+#: A GPU whose SM clock under load fell this far (MHz) further behind its node's GPUs.
+CLOCK_DROP_MHZ = 40.0
 #: Robust z above which a rate or level stands out from its peers.
 PEER_Z = 3.0
 #: A GPU whose temperature rose this much more than its rack's (degrees C) drifts; a rack whose
 #: median rose this much more than the fleet's warms as a whole.
 RISE_C = 2.0
+#: A rack whose nodes' median temperature at load rose this much more than the fleet's (and
+#: stands out from the racks' spread, floored at RACK_NOISE_C) warms as a whole.
+RACK_RISE_C = 1.0
+RACK_NOISE_C = 0.3
 #: Fraction of a group's nodes that makes a finding the group's (facility), not the nodes'.
 GROUP_FRACTION = 0.5
 GROUP_MIN_NODES = 3
@@ -172,6 +205,14 @@ class NodeRisk:
         """The signal of the strongest finding (what a drain reason names)."""
         return max(self.findings, key=lambda f: f.strength).signal if self.findings else ""
 
+    @property
+    def evidence(self) -> dict[str, float]:
+        """Per signal, its strongest finding's strength (evidence before calibration)."""
+        out: dict[str, float] = {}
+        for f in self.findings:
+            out[f.signal] = round(max(out.get(f.signal, 0.0), float(f.strength)), 3)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
         return {
@@ -179,6 +220,7 @@ class NodeRisk:
             "status": self.status,
             "score": round(float(self.score), 4),
             "signal": self.top_signal,
+            "evidence": self.evidence,
             "findings": [f.to_dict() for f in self.findings],
             "note": self.note,
         }
@@ -248,29 +290,62 @@ class FleetFeatures:
         self._blocks: dict[str, _Block] = defaultdict(_Block)
         self.coverage: dict[str, float] = {}
         self.last_time: dict[str, float] = {}
+        self._node: str | None = None
+        self._pending: dict[str, list[tuple[list[str], FloatArray, FloatArray]]] = defaultdict(list)
 
     def add(
         self, node: str, metric: str, subjects: Sequence[str], t: FloatArray, x: FloatArray
     ) -> None:
-        """Add ``x`` (one row per subject) of ``metric`` on ``node``, sampled at ``t``."""
+        """Add ``x`` (one row per subject) of ``metric`` on ``node``, sampled at ``t``.
+
+        A node's gauges (temperature, clock, utilisation) are also kept until the next node
+        comes (or the fleet is scored), then compared GPU by GPU with the node's other GPUs at
+        the same samples (:func:`joint_gauges`): one node's samples at most stay in memory.
+        """
+        if metric in JOINT:
+            if self._node is not None and node != self._node:
+                self._flush()
+            self._node = node
+            self._pending[metric].append((list(subjects), t, x))
         if metric not in METRICS:
             return
-        if metric in GAUGES:
-            feats = gauge_features(t, x, self.window)
-        elif metric in REMAP_METRICS:
+        if metric in REMAP_METRICS or metric in GAUGES:
+            # gauges are scored from their joint features (below); alone they give coverage
             feats = level_features(t, x, self.window)
         else:
             feats = counter_features(t, x, self.window)
+        self._add_feats(node, metric, subjects, feats)
+
+    def _add_feats(self, node: str, metric: str, subjects: Sequence[str], feats: Features) -> None:
         block = self._blocks[metric]
         block.nodes.extend([node] * len(subjects))
         block.subjects.extend(subjects)
         block.feats.append(feats)
+        if metric.startswith("_"):
+            return
         self.coverage[node] = max(self.coverage.get(node, 0.0), feats.coverage)
         if feats.samples:
             self.last_time[node] = max(self.last_time.get(node, -np.inf), feats.last_time)
 
+    def _flush(self) -> None:
+        """The pending node's joint gauge features (GPU against its node's other GPUs)."""
+        node, pending = self._node, self._pending
+        self._node, self._pending = None, defaultdict(list)
+        if node is None:
+            return
+        start, end = self.window.start, self.window.at
+        inside: Pending = defaultdict(list)
+        for metric, blocks in pending.items():  # only the window's samples matter
+            for subjects, t, x in blocks:
+                lo, hi = np.searchsorted(t, start, side="left"), np.searchsorted(t, end, "right")
+                inside[metric].append((subjects, t[lo:hi], x[:, lo:hi]))
+        for metric, (subjects, t, x) in joint_gauges(inside).items():
+            feats = gauge_features(t, x, self.window, nan_aware=True, slope=False)
+            self._add_feats(node, metric, subjects, feats)
+
     def table(self, metric: str) -> _Table | None:
         """The flat feature arrays of ``metric``, or None when no series had it."""
+        self._flush()
         block = self._blocks.get(metric)
         if block is None or not block.feats:
             return None
@@ -287,10 +362,34 @@ class FleetFeatures:
     def from_history(cls, history: History, window: Window) -> FleetFeatures:
         """Features of every series of ``history`` the scorer reads."""
         fleet = cls(window)
-        for key, (t, v) in history.series.items():
-            if key.metric in METRICS:
-                fleet.add(key.node, key.metric, [key.subject], t, v[None, :])
+        keys = sorted(
+            (k for k in history.series if k.metric in METRICS or k.metric in JOINT),
+            key=lambda k: (k.node, k.metric, k.gpu if k.gpu is not None else -1, k.port or ""),
+        )
+        for key in keys:
+            t, v = history.series[key]
+            fleet.add(key.node, key.metric, [key.subject], t, v[None, :])
+        fleet._flush()
         return fleet
+
+
+#: The calibration of the combined evidence: logit(score) = A + B x logit(evidence), fitted
+#: on the tuning generator's fleets (2,000 nodes x 30 days, reliability per bin: evidence 0.54
+#: -> 71% failed within 7 days, 0.71 -> 93%, 0.93 -> 100%) and reported on the held-out
+#: generator's (docs/predictive.md). The map is monotonic: it changes no ranking.
+CALIBRATION_A = 0.5
+CALIBRATION_B = 2.0
+#: The highest score: no telemetry makes a failure certain.
+SCORE_MAX = 0.99
+
+
+def calibrated(evidence: float) -> float:
+    """The probability of a failure within the horizon for the combined ``evidence``."""
+    if evidence <= 0:
+        return 0.0
+    e = min(max(evidence, 1e-6), 1 - 1e-6)
+    logit = CALIBRATION_A + CALIBRATION_B * float(np.log(e / (1 - e)))
+    return float(min(SCORE_MAX, 1.0 / (1.0 + np.exp(-logit))))
 
 
 def _noisy_or(strengths: Iterable[float]) -> float:
@@ -307,18 +406,6 @@ def _peer_groups(nodes: Sequence[str], labels: Mapping[str, Mapping[str, str]]) 
 def _counter_findings(
     table: _Table, sig: CounterSignal, window: Window, labels: Mapping[str, Mapping[str, str]]
 ) -> list[tuple[str, Finding]]:
-    bin_h = window.bin_s / HOUR_S
-    recent = table.bins[:, -1] / bin_h
-    with np.errstate(invalid="ignore"):
-        earlier = table.bins[:, :-1]
-        baseline = (
-            np.where(
-                np.isfinite(earlier).any(axis=1),
-                np.nansum(earlier, axis=1) / np.maximum(np.isfinite(earlier).sum(axis=1), 1),
-                np.nan,
-            )
-            / bin_h
-        )
     out: list[tuple[str, Finding]] = []
     if sig.signal == "ib_link_downed":
         total = np.nansum(table.bins, axis=1)
@@ -328,43 +415,131 @@ def _counter_findings(
             detail = f"link went down {n} times within the window"
             out.append((table.node[i], Finding(sig.signal, table.subject[i], strength, detail, n)))
         return out
-    groups = np.asarray(_peer_groups(table.node, labels))
+    return out + _growth_findings(table, sig, window, labels)
+
+
+def _growth_findings(
+    table: _Table, sig: CounterSignal, window: Window, labels: Mapping[str, Mapping[str, str]]
+) -> list[tuple[str, Finding]]:
+    """A counter scored on its growth: recent rate against its own earlier rate and its peers'.
+
+    The raw count is never read: only increments per bin. Per series, ``recent`` is the last
+    bin's rate and ``earlier`` the median rate of the bins before the last :data:`RECENT_BINS`
+    (the node's own baseline). A finding needs (noise model, every test at once):
+
+    * the recent rate at least the signal's floor and a robust z of :data:`PEER_Z` above the
+      peers' recent rates (same ``node_type`` and same GPU or port position) on a log scale,
+      and at least :data:`MIN_EFFECT` times their median (a minimum effect size);
+    * for *rising*: the recent count beyond Poisson noise of the earlier rate (z >= 4), the
+      rate at least :data:`MIN_EFFECT` times the earlier one and more than the peers' median
+      change, growth in at least :data:`PERSISTENT_BINS` of the last :data:`RECENT_BINS` bins
+      (a one-off burst is one bin) and the last bin not far below the peak (still growing).
+
+    A counter that stopped growing has no recent rate and no finding, however large it is; a
+    steady high rate (the top of a healthy spread) is reported weak, never near a drain.
+    """
+    bin_h = window.bin_s / HOUR_S
+    bins = table.bins
+    nb = bins.shape[1]
+    out: list[tuple[str, Finding]] = []
+    if nb < RECENT_BINS + 2:
+        return out
+    floor = sig.floor_per_h
+    recent = bins[:, -1] / bin_h
+    early = nanmedian_rows(bins[:, : nb - RECENT_BINS]) / bin_h
+    early = np.where(np.isfinite(early), early, 0.0)
+    pad = floor / 10  # a rate this small is no rate: keeps ratios of near-zeros finite
+    ratio = (recent + pad) / (early + pad)
+    log_rate = np.log10(recent + pad)
+    groups = np.asarray(_position_groups(table.node, table.subject, labels))
     z = np.full(len(recent), -np.inf)
-    medians = np.zeros(len(recent))
+    peer_median = np.zeros(len(recent))
+    peer_ratio = np.ones(len(recent))
     for group in np.unique(groups):
         members = groups == group
-        median, scale = robust_scale(recent[members], sig.floor_per_h)
+        median, scale = robust_scale(log_rate[members], LOG_NOISE)
         if np.isfinite(median):
-            z[members] = (recent[members] - median) / scale
-            medians[members] = median
+            z[members] = (log_rate[members] - median) / scale
+            peer_median[members] = 10**median - pad
+            peer_ratio[members] = float(np.median(ratio[members]))
     with np.errstate(invalid="ignore"):
-        candidates = np.nonzero((recent >= sig.floor_per_h) & (z >= PEER_Z))[0]
+        candidates = np.nonzero(
+            (recent >= floor) & (z >= PEER_Z) & (recent >= MIN_EFFECT * (peer_median + pad))
+        )[0]
     for i in candidates:
-        bins = table.bins[i]
-        # a bin is elevated at a quarter of the floor rate: background noise stays below it
-        active = int(np.sum(bins >= sig.floor_per_h * bin_h / 4))
+        row = bins[i]
+        tail = row[-RECENT_BINS:] / bin_h
+        # a step counts as growth beyond Poisson noise of the bin before it
+        before = row[-RECENT_BINS - 1 : -1]
+        steps = np.diff(row[-RECENT_BINS - 1 :])
+        growing = int(np.sum(steps > 2.0 * np.sqrt(np.nan_to_num(before) + 1.0)))
+        lam = early[i] * bin_h
+        poisson_z = (row[-1] - lam) / np.sqrt(lam + 1.0)
+        total = float(np.nansum(row))
+        burst = (
+            total > 0 and float(np.nanmax(row)) >= BURST_SHARE * total and growing < PERSISTENT_BINS
+        )
+        rising = (
+            not burst
+            and poisson_z >= 4
+            and ratio[i] >= MIN_EFFECT
+            and ratio[i] >= MIN_EFFECT * peer_ratio[i]
+            and growing >= PERSISTENT_BINS
+            and tail[-1] >= 0.5 * float(np.nanmax(tail))
+        )
         slope_h = float(table.slope[i]) / bin_h
-        base = float(baseline[i]) if np.isfinite(baseline[i]) else 0.0
-        # rising: the robust trend over the window explains a fair part of the recent rate
-        trend = slope_h * (window.bins - 1) >= recent[i] / 4
-        rising = trend and recent[i] > 2 * max(base, sig.floor_per_h / 4)
         numbers = (
             f"{sig.what} {recent[i]:.1f}/h in the last {_span(window.bin_s)}, "
-            f"{base:.1f}/h before; peers' median {medians[i]:.1f}/h, robust z {z[i]:.0f}"
+            f"{early[i]:.2f}/h before (x{ratio[i]:.0f}); peers' {recent_peer(peer_median[i])} "
+            f"(robust z {z[i]:.1f} on a log scale)"
         )
-        if active < PERSISTENT_BINS:
-            strength = 0.1
-            detail = f"one-off burst: {numbers}; elevated in {active} of {window.bins} bins"
+        if burst:
+            strength = P_BURST
+            share = float(np.nanmax(row)) / total
+            detail = f"one-off burst: {numbers}; {share:.0%} of the window's errors in one bin"
         elif rising:
-            strength = min(0.95, 0.6 + 0.1 * np.log10(max(recent[i] / sig.floor_per_h, 1.0)))
-            detail = f"rising: {numbers}; Theil-Sen slope +{slope_h:.1f}/h per bin"
+            # evidence grows with the acceleration (doublings beyond the minimum effect) and
+            # with the number of bins it has kept growing
+            doublings = float(np.log2(ratio[i] / MIN_EFFECT))
+            strength = min(P_MAX, P_RISING + 0.04 * doublings + 0.05 * (growing - 1))
+            detail = (
+                f"rising: {numbers}; grew in {growing} of the last {RECENT_BINS} "
+                f"{_span(window.bin_s)}s, Theil-Sen slope {slope_h:+.2f}/h per bin"
+            )
         else:
-            strength = 0.3
-            detail = f"steady, high: {numbers}; not rising"
+            strength = P_STEADY
+            detail = f"steady, high: {numbers}; not rising (the normal spread of a healthy fleet)"
         out.append(
             (table.node[i], Finding(sig.signal, table.subject[i], strength, detail, recent[i]))
         )
     return out
+
+
+def _elevated(table: _Table, sig: CounterSignal, window: Window) -> set[str]:
+    """Nodes with a series of ``sig`` at or above its floor rate in the last bin."""
+    if sig.signal == "ib_link_downed":
+        total = np.nansum(table.bins, axis=1)
+        return {table.node[i] for i in np.nonzero(total >= 2)[0]}
+    recent = table.bins[:, -1] / (window.bin_s / HOUR_S)
+    with np.errstate(invalid="ignore"):
+        return {table.node[i] for i in np.nonzero(recent >= max(sig.floor_per_h, 1e-9))[0]}
+
+
+def recent_peer(rate: float) -> str:
+    """The peers' median recent rate, as a phrase."""
+    return f"median {max(rate, 0.0):.2f}/h"
+
+
+def _position_groups(
+    nodes: Sequence[str], subjects: Sequence[str], labels: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """Peers: the same node type and the same GPU index or port (one position per group)."""
+    kinds = [labels.get(n, {}).get("node_type", "") for n in nodes]
+    groups = [f"{k}|{s}" for k, s in zip(kinds, subjects, strict=True)]
+    sizes: dict[str, int] = defaultdict(int)
+    for g in groups:
+        sizes[g] += 1
+    return [g if sizes[g] >= MIN_PEERS else k for g, k in zip(groups, kinds, strict=True)]
 
 
 def _remap_findings(fleet: FleetFeatures) -> list[tuple[str, Finding]]:
@@ -408,43 +583,95 @@ def _remap_findings(fleet: FleetFeatures) -> list[tuple[str, Finding]]:
     return out
 
 
+def _rise(table: _Table) -> tuple[FloatArray, FloatArray]:
+    """Per row: the last bin less the median of the bins before the recent ones; the trend."""
+    nb = table.bins.shape[1]
+    early = nanmedian_rows(table.bins[:, : max(nb - RECENT_BINS, 1)])
+    return table.bins[:, -1] - early, early
+
+
+def _persistent(table: _Table, early: FloatArray, step: float, sign: float) -> FloatArray:
+    """How many of the last RECENT_BINS bins are ``step`` beyond ``early`` (in ``sign``)."""
+    tail = table.bins[:, -RECENT_BINS:]
+    with np.errstate(invalid="ignore"):
+        beyond = sign * (tail - early[:, None]) >= step
+    counted: FloatArray = np.sum(beyond, axis=1).astype(np.float64)
+    return counted
+
+
+def _peer_z(
+    table: _Table, values: FloatArray, labels: Mapping[str, Mapping[str, str]], floor: float
+) -> FloatArray:
+    """Robust z of ``values`` against the same type and position (the type when too few)."""
+    groups = np.asarray(_position_groups(table.node, table.subject, labels))
+    z = np.zeros(len(values))
+    for group in np.unique(groups):
+        members = groups == group
+        median, scale = robust_scale(values[members], floor)
+        z[members] = (values[members] - (median if np.isfinite(median) else 0.0)) / scale
+    return z
+
+
 def _thermal(
     fleet: FleetFeatures, labels: Mapping[str, Mapping[str, str]]
 ) -> tuple[list[tuple[str, Finding]], list[GroupFinding]]:
-    """GPUs warming against their rack; racks warming together (a facility finding).
+    """GPUs warming against their node's GPUs at the same load; racks warming together.
 
-    The rise is the last bin's mean temperature less the median of the earlier bins' means: a
-    level shift (robust to a hot hour, and to the daily cycle when bins are days).
+    A GPU's excess (its temperature less its node's median GPU at each sample: same job, same
+    load) must have risen by :data:`RISE_C` against its own earlier excess, stand out from its
+    peers' rises, and have risen in :data:`PERSISTENT_BINS` of the last bins. A rack: its nodes'
+    median temperature at load rose by ``RISE_C`` more than the fleet's (a facility finding).
     """
-    table = fleet.table(GPU_TEMP)
-    if table is None:
-        return [], []
-    level = table.bins[:, -1]
-    earlier = nanmedian_rows(table.bins[:, :-1])
-    rise = level - earlier
-    racks = np.asarray([labels.get(n, {}).get("rack", "") for n in table.node])
-    node_names = np.asarray(table.node)
     out: list[tuple[str, Finding]] = []
-    groups: list[GroupFinding] = []
-    node_rise = _median_by(node_names, rise)
+    excess = fleet.table(TEMP_EXCESS)
+    if excess is not None:
+        rise, early = _rise(excess)
+        z = _peer_z(excess, rise, labels, 0.5)
+        held = _persistent(excess, early, RISE_C, 1.0)
+        slope = theil_sen(excess.bins)
+        with np.errstate(invalid="ignore"):
+            hot = np.nonzero(
+                (rise >= RISE_C) & (z >= PEER_Z) & (held >= PERSISTENT_BINS) & (slope > 0)
+            )[0]
+        for i in hot:
+            strength = min(0.85, 0.35 + 0.05 * float(rise[i]))
+            detail = (
+                f"GPU temperature at equal load up {rise[i]:+.1f} C against its node's GPUs "
+                f"(now {excess.bins[i, -1]:+.1f} C, before {early[i]:+.1f} C; robust z "
+                f"{z[i]:.0f} against peers; held {int(held[i])} of the last {RECENT_BINS} bins)"
+            )
+            out.append(
+                (
+                    excess.node[i],
+                    Finding("thermal_drift", excess.subject[i], strength, detail, rise[i]),
+                )
+            )
+    return out, _cooling(fleet, labels)
+
+
+def _cooling(fleet: FleetFeatures, labels: Mapping[str, Mapping[str, str]]) -> list[GroupFinding]:
+    table = fleet.table(TEMP_LOADED)
+    if table is None:
+        return []
+    rise, _ = _rise(table)
+    node_rise = _median_by(np.asarray(table.node), rise)
     fleet_median = float(np.median(list(node_rise.values()))) if node_rise else 0.0
-    peer = np.asarray(_peer_groups(table.node, labels))
-    level_z = np.zeros(len(level))
-    for group in np.unique(peer):
-        members = peer == group
-        median, scale = robust_scale(level[members], 1.0)
-        level_z[members] = (level[members] - median) / scale
-    for rack in np.unique(racks):
-        members = racks == rack
-        rises = {n: node_rise[n] for n in set(node_names[members].tolist()) if n in node_rise}
-        if not rises:
-            continue
-        rack_median = float(np.median(list(rises.values())))
-        warm = [n for n, r in rises.items() if r - fleet_median >= RISE_C]
+    racks: dict[str, dict[str, float]] = defaultdict(dict)
+    for node, r in node_rise.items():
+        rack = labels.get(node, {}).get("rack", "")
+        if rack:
+            racks[rack][node] = r
+    medians = {r: float(np.median(list(v.values()))) for r, v in racks.items()}
+    # the noise model: the spread of the racks' median rises (a rack median is quiet)
+    centre, scale = robust_scale(np.asarray(list(medians.values()) or [0.0]), RACK_NOISE_C)
+    groups: list[GroupFinding] = []
+    for rack, rises in sorted(racks.items()):
+        rack_median = medians[rack]
+        warm = [n for n, r in rises.items() if r - fleet_median >= RACK_RISE_C]
         if (
-            rack
-            and len(rises) >= GROUP_MIN_NODES
-            and rack_median - fleet_median >= RISE_C
+            len(rises) >= GROUP_MIN_NODES
+            and rack_median - fleet_median >= RACK_RISE_C
+            and (rack_median - centre) / scale >= PEER_Z
             and len(warm) >= GROUP_FRACTION * len(rises)
         ):
             groups.append(
@@ -456,33 +683,12 @@ def _thermal(
                     nodes=tuple(sorted(warm)),
                     detail=(
                         f"{len(warm)} of {len(rises)} nodes warming together: median rise "
-                        f"{rack_median:+.1f} C in the last {_span(fleet.window.bin_s)} (fleet "
-                        f"{fleet_median:+.1f} C): check the rack's cooling, not the nodes"
+                        f"{rack_median:+.1f} C at load in the last {_span(fleet.window.bin_s)} "
+                        f"(fleet {fleet_median:+.1f} C): check the rack's cooling, not the nodes"
                     ),
                 )
             )
-        # against the GPUs of its own node (they run the same job: a load change moves them all)
-        # and against its rack (a facility warming moves every node)
-        idx = np.nonzero(members)[0]
-        board = np.asarray([node_rise.get(str(n), np.nan) for n in node_names[members]])
-        excess = rise[members] - np.maximum(board, max(rack_median, fleet_median))
-        with np.errstate(invalid="ignore"):
-            hot = np.nonzero(excess >= RISE_C)[0]
-        for j in hot:
-            i = idx[j]
-            strength = min(0.9, 0.4 + 0.05 * float(excess[j]))
-            detail = (
-                f"GPU temperature up {rise[i]:+.1f} C on the window to {level[i]:.1f} C "
-                f"(robust z {level_z[i]:.0f} against peers) while its node's GPUs rose "
-                f"{board[j]:+.1f} C and its rack {rack_median:+.1f} C (median)"
-            )
-            out.append(
-                (
-                    table.node[i],
-                    Finding("thermal_drift", table.subject[i], strength, detail, rise[i]),
-                )
-            )
-    return out, groups
+    return groups
 
 
 def _median_by(keys: Any, values: FloatArray) -> dict[str, float]:
@@ -496,25 +702,34 @@ def _median_by(keys: Any, values: FloatArray) -> dict[str, float]:
 def _clock_findings(
     fleet: FleetFeatures, labels: Mapping[str, Mapping[str, str]]
 ) -> list[tuple[str, Finding]]:
-    table = fleet.table(SM_CLOCK)
+    """A GPU whose SM clock under load falls further behind its node's GPUs, bin after bin.
+
+    The deficit (its clock less its node's median GPU at loaded samples: same job, same load,
+    so an idle node or a lighter job moves every GPU) against its own earlier deficit, needs
+    :data:`CLOCK_DROP_MHZ` of drop, a robust z of -:data:`PEER_Z` against its peers' drops and
+    to have held in :data:`PERSISTENT_BINS` of the last bins, and a falling trend.
+    """
+    table = fleet.table(CLOCK_DEFICIT)
     if table is None:
         return []
-    level = table.bins[:, -1]
-    peer = np.asarray(_peer_groups(table.node, labels))
+    rise, early = _rise(table)
+    z = _peer_z(table, rise, labels, 10.0)
+    held = _persistent(table, early, CLOCK_DROP_MHZ / 2, -1.0)
+    slope = theil_sen(table.bins)
     out: list[tuple[str, Finding]] = []
-    for group in np.unique(peer):
-        members = np.nonzero(peer == group)[0]
-        median, scale = robust_scale(level[members], 10.0)
-        for i in members:
-            z = (level[i] - median) / scale
-            if np.isfinite(z) and z <= -2 * PEER_Z and median - level[i] >= 50:
-                detail = (
-                    f"SM clock {level[i]:.0f} MHz against peers' median {median:.0f} MHz "
-                    f"(robust z {z:.0f})"
-                )
-                out.append(
-                    (table.node[i], Finding("clock_low", table.subject[i], 0.45, detail, level[i]))
-                )
+    with np.errstate(invalid="ignore"):
+        slow = np.nonzero(
+            (rise <= -CLOCK_DROP_MHZ) & (z <= -PEER_Z) & (held >= PERSISTENT_BINS) & (slope < 0)
+        )[0]
+    for i in slow:
+        drop = -float(rise[i])
+        strength = min(0.8, 0.4 + 0.1 * min(drop / 100.0, 4.0))
+        detail = (
+            f"SM clock under load {table.bins[i, -1]:+.0f} MHz against its node's GPUs (before "
+            f"{early[i]:+.0f} MHz): {drop:.0f} MHz further behind, {float(slope[i]):+.0f} MHz "
+            f"per {_span(fleet.window.bin_s)}; robust z {z[i]:.0f} against peers"
+        )
+        out.append((table.node[i], Finding("clock_low", table.subject[i], strength, detail, drop)))
     return out
 
 
@@ -575,8 +790,13 @@ def _fold_groups(
     found: list[tuple[str, Finding]],
     labels: Mapping[str, Mapping[str, str]],
     all_nodes: Sequence[str],
+    elevated: Mapping[str, set[str]],
 ) -> tuple[list[tuple[str, Finding]], list[GroupFinding]]:
-    """Findings of a scoped signal that most of one group shares become one group finding."""
+    """Findings of a scoped signal that most of one group shares become one group finding.
+
+    ``elevated``: per scoped signal, the nodes whose rate is at least the signal's floor (the
+    peer test cannot see a leaf-wide fault when that leaf is half of the peers).
+    """
     scoped = {c.signal: c.scope for c in COUNTERS.values() if c.scope}
     members: dict[tuple[str, str], set[str]] = defaultdict(set)
     for node in all_nodes:
@@ -585,11 +805,13 @@ def _fold_groups(
             if group:
                 members[(scope, group)].add(node)
     hit: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    for node, f in found:
-        where = scoped.get(f.signal)
+    seen = [(n, f.signal) for n, f in found if f.strength >= 0.3]
+    seen += [(n, signal) for signal, nodes in elevated.items() for n in nodes]
+    for node, signal in seen:
+        where = scoped.get(signal)
         name = labels.get(node, {}).get(where) if where else None
-        if where and name and f.strength >= 0.3:
-            hit[(f.signal, where, name)].add(node)
+        if where and name:
+            hit[(signal, where, name)].add(node)
     folded: set[tuple[str, str]] = set()
     groups: list[GroupFinding] = []
     for (signal, scope, group), nodes in sorted(hit.items()):
@@ -625,17 +847,20 @@ def score(
     """Score every node (those with features, events or labels, and ``nodes``)."""
     window = fleet.window
     found: list[tuple[str, Finding]] = []
+    elevated: dict[str, set[str]] = {}
     for metric, sig in COUNTERS.items():
         table = fleet.table(metric)
         if table is not None:
             found += _counter_findings(table, sig, window, labels)
+            if sig.scope:
+                elevated[sig.signal] = _elevated(table, sig, window)
     found += _remap_findings(fleet)
     thermal, groups = _thermal(fleet, labels)
     found += thermal
     found += _clock_findings(fleet, labels)
     found += _event_findings(events, window)
     all_nodes = sorted(set(fleet.coverage) | {e.node for e in events} | set(labels) | set(nodes))
-    found, fabric = _fold_groups(found, labels, all_nodes)
+    found, fabric = _fold_groups(found, labels, all_nodes, elevated)
     groups += fabric
     by_node: dict[str, list[Finding]] = defaultdict(list)
     for node, f in found:
@@ -647,7 +872,7 @@ def score(
         strongest: dict[str, float] = {}
         for f in findings:
             strongest[f.signal] = max(strongest.get(f.signal, 0.0), f.strength)
-        value = _noisy_or(strongest.values())
+        value = calibrated(_noisy_or(strongest.values()))
         if coverage < min_coverage:
             note = (
                 "no samples in the window"

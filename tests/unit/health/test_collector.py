@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +45,23 @@ def served(make_decider: MakeDecider, tmp_path: Path) -> Iterator[tuple[str, Col
     )
     collector = Collector(fleet, store, decider, metrics_dir=tmp_path / "textfile",
                           clock=lambda: T0)  # fmt: skip
+    with serving(collector) as url:
+        yield url, collector, slurm
+
+
+@contextmanager
+def serving(collector: Collector) -> Iterator[str]:
+    """``collector`` started and served on a free port of 127.0.0.1: its URL."""
     collector.start()
     server = make_server(collector, LOCAL, 0)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    yield f"http://{LOCAL}:{server.server_address[1]}", collector, slurm
-    server.shutdown()
-    server.server_close()
-    collector.stop()
+    try:
+        yield f"http://{LOCAL}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        collector.stop()
 
 
 def request(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:

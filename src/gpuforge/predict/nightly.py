@@ -1,0 +1,192 @@
+"""Acting on a ranking for a cluster: admission, its circuit breaker, the history record.
+
+What ``gpuforge fleet risk --drain-top N`` and ``--policy FILE`` (the nightly ranking the
+services host runs) share: the :class:`~gpuforge.admission.Admission` of the cluster with the
+health collector's breaker limits, the per-night budget of a policy (predicted drains already
+made in the last 24 h, read from the admission record, count against ``max_per_night``), and the
+``drain`` event each drain writes to the cluster's history store, so the scorecard sees it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
+from gpuforge.health.decide import DecisionPolicy
+from gpuforge.health.fleet import Fleet
+from gpuforge.history.store import HistoryStore, history_path
+from gpuforge.predict import act
+from gpuforge.predict.calibration import Evaluation, evaluate, failed_after
+from gpuforge.predict.history import History
+from gpuforge.predict.policy import DrainPolicy
+from gpuforge.predict.score import PREDICTED_PREFIX, RiskReport, score_history
+from gpuforge.predict.signals import Window
+from gpuforge.slurm.control import SlurmClient
+
+#: A night: the span over which ``max_per_night`` counts predicted drains.
+NIGHT_S = 86_400.0
+#: The admission source of predicted drains.
+SOURCE = "predict"
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """How many nodes to consider and under which limits (from flags or a policy file)."""
+
+    top: int
+    min_score: float
+    include_busy: bool
+    shadow: bool
+    max_fraction: float
+
+
+def from_policy(policy: DrainPolicy, already: int) -> DrainRequest:
+    """The request of a policy, ``already`` predicted drains having been made tonight."""
+    return DrainRequest(
+        top=max(policy.max_per_night - already, 0),
+        min_score=policy.threshold,
+        include_busy=not policy.idle_only,
+        shadow=policy.shadow,
+        max_fraction=policy.max_fraction,
+    )
+
+
+def breaker(fleet: Fleet, max_fraction: float) -> BreakerPolicy:
+    """The health collector's limits (DecisionPolicy) over every GPU node of the inventory.
+
+    A node without a leaf counts towards the total only.
+    """
+    decide = DecisionPolicy()
+    return BreakerPolicy(
+        population=len(fleet.nodes),
+        max_fraction=max_fraction,
+        max_per_group=decide.max_per_leaf,
+        groups=dict(fleet.leaves),
+        window_s=decide.window_s,
+    )
+
+
+def admission(
+    fleet: Fleet, slurm: SlurmClient, state_dir: Path, *, shadow: bool, max_fraction: float
+) -> Admission:
+    """The cluster's admission for predicted drains."""
+    return Admission(
+        slurm,
+        AdmissionRecord(record_path(state_dir, fleet.name)),
+        source=SOURCE,
+        breaker=breaker(fleet, max_fraction),
+        shadow=shadow,
+    )
+
+
+def drained_tonight(record: AdmissionRecord, *, shadow: bool, now: float) -> int:
+    """Predicted drains made in the last :data:`NIGHT_S` (shadow ones when in shadow mode)."""
+    count = 0
+    for row in record.actions(since=now - NIGHT_S, action="drain"):
+        a = row.action
+        # a shadow decision changes nothing (changed is false): it counts in shadow mode
+        if row.source == SOURCE and a.shadow == shadow and (a.changed or shadow):
+            count += a.reason.startswith(PREDICTED_PREFIX)
+    return count
+
+
+def history_recorder(state_dir: Path, cluster: str) -> Callable[[act.DrainOutcome], None]:
+    """A callback that writes a drain to the cluster's history store (when it has one)."""
+    store_path = history_path(state_dir, cluster)
+
+    def record(outcome: act.DrainOutcome) -> None:
+        if not store_path.is_file():
+            return
+        with HistoryStore.open(store_path, create=False) as store:
+            store.add_event(
+                outcome.node,
+                "drain",
+                check=act.predicted_check(outcome.signal),
+                action=act.PREDICTED_ACTION,
+                source=SOURCE,
+                detail=outcome.reason,
+            )
+
+    return record
+
+
+def drain(
+    report: RiskReport,
+    fleet: Fleet,
+    slurm: SlurmClient,
+    state_dir: Path,
+    request: DrainRequest,
+) -> list[act.DrainOutcome]:
+    """Drain per ``request`` through the cluster's admission; each drain recorded."""
+    if request.top <= 0:
+        return []
+    gate = admission(
+        fleet, slurm, state_dir, shadow=request.shadow, max_fraction=request.max_fraction
+    )
+    return act.drain_top(
+        report,
+        gate,
+        request.top,
+        include_busy=request.include_busy,
+        min_score=request.min_score,
+        on_drained=history_recorder(state_dir, fleet.name),
+        known=set(fleet.nodes),
+    )
+
+
+def nightly(
+    report: RiskReport,
+    fleet: Fleet,
+    slurm: SlurmClient,
+    state_dir: Path,
+    policy: DrainPolicy,
+    *,
+    now: float | None = None,
+) -> tuple[int, list[act.DrainOutcome]]:
+    """Apply a policy: how many predicted drains the night had already, and the outcomes."""
+    record = AdmissionRecord(record_path(state_dir, fleet.name))
+    already = drained_tonight(record, shadow=policy.shadow, now=time.time() if now is None else now)
+    return already, drain(report, fleet, slurm, state_dir, from_policy(policy, already))
+
+
+def act_on(
+    report: RiskReport,
+    fleet: Fleet,
+    slurm: SlurmClient,
+    state_dir: Path,
+    *,
+    policy: DrainPolicy | None,
+    request: DrainRequest,
+) -> tuple[int, list[act.DrainOutcome]]:
+    """Per the policy when there is one (the nightly ranking), else per the flags' request."""
+    if policy is not None:
+        return nightly(report, fleet, slurm, state_dir, policy)
+    return 0, drain(report, fleet, slurm, state_dir, request)
+
+
+def scorecard(
+    history: History,
+    admitted: Path | None,
+    window: Window,
+    *,
+    horizon_s: float,
+    threshold: float,
+) -> tuple[act.Scorecard, Evaluation | None]:
+    """Past predicted drains judged, and the calibration when the history is labelled.
+
+    The events are the history's merged with the admission record's drains and resumes (when
+    ``admitted`` exists). A history with failures or RMAs after ``window.at`` is labelled:
+    the ranking at ``window.at`` is evaluated against them (:func:`calibration.evaluate`).
+    """
+    events = history.events
+    if admitted is not None and admitted.is_file():
+        events = act.merge_events(events, act.admission_events(AdmissionRecord(admitted)))
+    card = act.scorecard(events, now=window.at, horizon_s=horizon_s)
+    failed = failed_after(history.events, window.at, horizon_s)
+    if not failed:
+        return card, None
+    report = score_history(history, window, horizon_s=horizon_s)
+    return card, evaluate(report, failed, threshold=threshold)
