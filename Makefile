@@ -10,7 +10,7 @@ SPEC   ?= examples/topologies/lab.yaml
 PHASE  ?= 1
 ROLE   ?=
 FAULTS ?=
-# Validation depth of deploy-phase: quick (conformance), burnin (+ DCGM, gpu-burn, ib_write_bw),
+# Validation depth of deploy-phase: quick (acceptance suite), burnin (+ DCGM, gpu-burn, ib_write_bw),
 # full (+ NCCL across nodes).
 LEVEL  ?= full
 # Molecule scenarios make test runs (3-10 min each on 2 cores), MOLECULE_JOBS at a time: they

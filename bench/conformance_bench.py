@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.conformance import report
-from gpuforge.conformance.run import Deps, Fleet, Options, run
+from gpuforge.conformance.run import ConformanceDeps, ConformanceFleet, ConformanceOptions, run
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.node import drift
@@ -123,7 +123,7 @@ def main() -> int:
         )
         for i, n in enumerate(nodes)
     }
-    fleet = Fleet(nodes, placement, dict.fromkeys(nodes, "h100-sxm"))
+    fleet = ConformanceFleet(nodes, placement, dict.fromkeys(nodes, "h100-sxm"))
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "history.db"
         history = ConformanceHistory(HistoryStore.open(db))
@@ -131,7 +131,7 @@ def main() -> int:
         fill(history, nodes, NIGHTS, rng)
         fill_s = time.perf_counter() - t
         slurm = FakeSlurm(nodes, rng)
-        deps = Deps(
+        deps = ConformanceDeps(
             states=lambda: slurm.states,
             submit=slurm.submit,
             active=lambda _jobs: False,
@@ -141,7 +141,9 @@ def main() -> int:
         )
         cpu0 = time.process_time()
         t = time.perf_counter()
-        outcome = run(fleet, history, Options(poll_s=0), deps, lock_path=Path(tmp) / "lock")
+        outcome = run(
+            fleet, history, ConformanceOptions(poll_s=0), deps, lock_path=Path(tmp) / "lock"
+        )
         agg_s = time.perf_counter() - t
         t2 = time.perf_counter()
         paths = report.write(outcome.changes, Path(tmp) / "report")

@@ -80,7 +80,7 @@ def _say(line: str) -> None:
 
 def _child(mode: str) -> None:
     """In the subprocess: one site play; report JSON on stdout."""
-    from gpuforge.lab import cluster  # noqa: PLC0415 - the timed process imports it itself
+    from gpuforge.lab import lifecycle  # noqa: PLC0415 - the timed process imports it itself
     from gpuforge.playbook import run_playbook  # noqa: PLC0415
 
     host_tasks = 0
@@ -105,7 +105,7 @@ def _child(mode: str) -> None:
     t0 = time.perf_counter()
     result = run_playbook(
         "site.yml",
-        cluster.inventory_dir(LAB).sources,
+        lifecycle.inventory_dir(LAB).sources,
         forks=forks,
         env=env,
         on_event=count,
@@ -149,10 +149,10 @@ def _child_sharded(mode: str, count: Any, host_tasks: Any) -> None:
     )
     from gpuforge.execution.executors import from_inventory  # noqa: PLC0415
     from gpuforge.inventory.reader import list_inventory, read_generated_hosts  # noqa: PLC0415
-    from gpuforge.lab import cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
     from gpuforge.playbook import run_playbook  # noqa: PLC0415
 
-    inv = cluster.inventory_dir(LAB)
+    inv = lifecycle.inventory_dir(LAB)
     generated = read_generated_hosts(inv)
     infra = set(shards.infra_hosts(generated))
     gpu = sorted(h for h in shards.su_of(generated) if h not in infra)
@@ -263,9 +263,9 @@ def main() -> int:
         _child(args.child)
         return 0
     sys.path.insert(0, str(REPO / "src"))
-    from gpuforge.lab import cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
-    if not (cluster.state_dir(LAB) / "ansible.cfg").is_file():
+    if not (lifecycle.state_dir(LAB) / "ansible.cfg").is_file():
         spec = next(
             (d / f"{LAB}.yaml" for d in SPEC_DIRS if (REPO / d / f"{LAB}.yaml").is_file()),
             Path("bench/specs") / f"{LAB}.yaml",
@@ -275,7 +275,7 @@ def main() -> int:
             f" (gpuforge lab up {spec}, then --converge)"
         )
         return 0
-    os.environ["ANSIBLE_CONFIG"] = str(cluster.state_dir(LAB) / "ansible.cfg")
+    os.environ["ANSIBLE_CONFIG"] = str(lifecycle.state_dir(LAB) / "ansible.cfg")
     if args.converge:
         _say(json.dumps(_run("converge")))
     if args.scaleout:
@@ -327,9 +327,9 @@ def _sharded() -> None:
     """
     from gpuforge.execution.executors import from_inventory  # noqa: PLC0415
     from gpuforge.inventory.reader import list_inventory  # noqa: PLC0415
-    from gpuforge.lab import cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
-    named = [e.name for e in from_inventory(list_inventory(cluster.inventory_dir(LAB).root))]
+    named = [e.name for e in from_inventory(list_inventory(lifecycle.inventory_dir(LAB).root))]
     modes = ("controller", "exechosts") if named else ("workers1", "workers2")
     labels = {
         "controller": "1 controller",

@@ -52,13 +52,13 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=40, help="tasks listed (default 40)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from gpuforge.lab import cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
     from gpuforge.playbook import run_playbook  # noqa: PLC0415
 
-    if not (cluster.state_dir(LAB) / "ansible.cfg").is_file():
+    if not (lifecycle.state_dir(LAB) / "ansible.cfg").is_file():
         sys.stdout.write(f"site play profile: lab {LAB} is not up (bench/site_play_bench.py)\n")
         return 0
-    os.environ["ANSIBLE_CONFIG"] = str(cluster.state_dir(LAB) / "ansible.cfg")
+    os.environ["ANSIBLE_CONFIG"] = str(lifecycle.state_dir(LAB) / "ansible.cfg")
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     count: collections.Counter[tuple[str, str, str]] = collections.Counter()
     skipped: collections.Counter[tuple[str, str, str]] = collections.Counter()
@@ -76,7 +76,7 @@ def main() -> int:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     result = run_playbook(
-        "site.yml", cluster.inventory_dir(LAB).sources, on_event=on_event, timeout_s=3600
+        "site.yml", lifecycle.inventory_dir(LAB).sources, on_event=on_event, timeout_s=3600
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

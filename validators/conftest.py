@@ -1,10 +1,10 @@
-"""Pytest plugin of the conformance suite: expectations from the inventory, results to JSON.
+"""Pytest plugin of the acceptance suite: expectations from the inventory, results to JSON.
 
 Run from the operator machine::
 
     ANSIBLE_INVENTORY=inventory/lab/generated,inventory/lab/site \
     pytest validators/ -c validators/pytest.ini --hosts=ansible://gpu_nodes \
-        --gpuforge-results=build/conformance.json -n auto
+        --gpuforge-results=build/acceptance.json -n auto
 
 Every test records one :class:`gpuforge.validate.result.CheckResult` (node = the inventory host
 name): an ``assert`` that fails is ``fail``; a tool that hangs, is missing or exits non-zero is
@@ -28,9 +28,9 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 from gpuforge.atomic import atomic_open
 from gpuforge.command import CommandResult
 from gpuforge.validate import catalogue
-from gpuforge.validate.checks import Outcome
-from gpuforge.validate.conformance import RESULTS_SCHEMA, ProbeFailed, tool_output
-from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.acceptance import RESULTS_SCHEMA, ProbeFailed, tool_output
+from gpuforge.validate.checks import JudgeOutcome
+from gpuforge.validate.result import CheckResult, Level, Status
 
 _STATUS = "gpuforge_status"
 _RECORD = "gpuforge_record"
@@ -153,7 +153,9 @@ class Recorder:
         self.item = item
         self.node_name = node_name
 
-    def check(self, name: str, outcome: Outcome, evidence: str = "", *, warn: bool = False) -> None:
+    def check(
+        self, name: str, outcome: JudgeOutcome, evidence: str = "", *, warn: bool = False
+    ) -> None:
         """Record ``outcome`` under check ``name`` and fail the test when it is not ok.
 
         ``warn=True`` (or an outcome that is ``warn_only``) records a non-ok outcome as
@@ -256,7 +258,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 expected=rec.get("expected"),
                 evidence=evidence,
                 duration_s=float(props.get("gpuforge_duration", 0.0)),
-                tier=Tier.QUICK,
+                level=Level.QUICK,
                 message=str(rec.get("message") or ""),
                 action=str(rec.get("action") or ""),
             ).to_dict()

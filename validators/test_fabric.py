@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpuforge.validate import checks, flaps
-from gpuforge.validate.conformance import Inconclusive, parse_or_inconclusive
+from gpuforge.validate.acceptance import Inconclusive, parse_or_inconclusive
 from gpuforge.validate.parsers import ibstat, link_events, perfquery
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpuforge.errors import InputError
 from gpuforge.validate import checks, thresholds
-from gpuforge.validate.conformance import Inconclusive, parse_or_inconclusive
+from gpuforge.validate.acceptance import Inconclusive, parse_or_inconclusive
 from gpuforge.validate.parsers import nvidia_smi_csv, nvidia_smi_xml, nvlink
 from gpuforge.validate.result import excerpt
 

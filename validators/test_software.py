@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuforge.validate import catalogue, checks
-from gpuforge.validate.conformance import parse_or_inconclusive, probe
+from gpuforge.validate.acceptance import parse_or_inconclusive, probe
 from gpuforge.validate.parsers import nvidia_smi_csv
 from gpuforge.validate.result import excerpt
 
@@ -50,7 +50,9 @@ MODULES = ["nvidia", "nvidia_uvm", "nvidia_peermem"]
 def test_module(node: Any, record: Any, module: str) -> None:
     res = node.output("lsmod")
     loaded = {line.split()[0] for line in res.stdout.splitlines()[1:] if line.strip()}
-    outcome = checks.Outcome(module in loaded, "loaded" if module in loaded else "absent", "loaded")
+    outcome = checks.JudgeOutcome(
+        module in loaded, "loaded" if module in loaded else "absent", "loaded"
+    )
     record.check(f"software.module[{module}]", outcome, f"lsmod: {len(loaded)} modules")
 
 

@@ -31,7 +31,7 @@ _BANNER_BYTES = 255  # RFC 4253: the identification line is at most 255 characte
 
 
 @dataclass(frozen=True, slots=True)
-class SshTarget:
+class SshdEndpoint:
     """Where a node's sshd listens, as its inventory variables say."""
 
     host: str
@@ -39,7 +39,7 @@ class SshTarget:
     port: int
 
 
-def targets(hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str]) -> list[SshTarget]:
+def targets(hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str]) -> list[SshdEndpoint]:
     """The nodes of ``hosts`` to probe directly; the rest are left to Ansible (see the module)."""
     if os.environ.get("GPUFORGE_PREFLIGHT_PROBE", "1") == "0" or _proxied_by_client_config():
         return []
@@ -55,11 +55,11 @@ def targets(hostvars: Mapping[str, Mapping[str, Any]], hosts: Iterable[str]) -> 
             continue
         address = str(variables.get("ansible_host") or host)
         port = int(variables.get("ansible_port") or variables.get("ansible_ssh_port") or 22)
-        found.append(SshTarget(host, address, port))
+        found.append(SshdEndpoint(host, address, port))
     return found
 
 
-def probe(nodes: Iterable[SshTarget], deadline_s: float | None = None) -> dict[str, str]:
+def probe(nodes: Iterable[SshdEndpoint], deadline_s: float | None = None) -> dict[str, str]:
     """Nodes that did not send an SSH banner within ``deadline_s``, each with the reason."""
     deadline_s = DEADLINE_S if deadline_s is None else deadline_s
     todo = list(nodes)
@@ -85,11 +85,11 @@ def _proxied_by_client_config() -> bool:
     return False
 
 
-async def _probe_all(nodes: list[SshTarget], deadline_s: float, slots: int) -> dict[str, str]:
+async def _probe_all(nodes: list[SshdEndpoint], deadline_s: float, slots: int) -> dict[str, str]:
     # Beyond the open-file limit, nodes wait for a socket (answering nodes free theirs at once).
     gate = asyncio.Semaphore(slots)
 
-    async def one(node: SshTarget) -> str | None:
+    async def one(node: SshdEndpoint) -> str | None:
         async with gate:
             return await _probe_one(node, deadline_s)
 
@@ -97,7 +97,7 @@ async def _probe_all(nodes: list[SshTarget], deadline_s: float, slots: int) -> d
     return {n.host: why for n, why in zip(nodes, results, strict=True) if why is not None}
 
 
-async def _probe_one(node: SshTarget, deadline_s: float) -> str | None:
+async def _probe_one(node: SshdEndpoint, deadline_s: float) -> str | None:
     where = f"{node.address}:{node.port}"
     writer: asyncio.StreamWriter | None = None
     stage = "connecting to"

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.topology.load import load_spec
 
@@ -68,7 +68,7 @@ class AlertLab:
 
     @property
     def prometheus(self) -> str:
-        node = cluster.load_plan(self.lab).node(self.controller)
+        node = lifecycle.load_plan(self.lab).node(self.controller)
         return f"http://{node.address.split('/')[0]}:{PROMETHEUS_PORT}"
 
     def timing(self, severity: str) -> dict[str, float]:
@@ -118,7 +118,7 @@ class AlertLab:
 
     def notifications(self, since: float) -> list[Notification]:
         """Every alert of every notification the sink received after ``since`` (unix time)."""
-        proc = cluster.ssh_run(
+        proc = lifecycle.ssh_run(
             self.lab, self.controller, ["sh", "-c", f"cat {SINK_FILE} 2>/dev/null || true"]
         )
         out = []

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuforge.lab import cluster, files, podman
+from gpuforge.lab import files, lifecycle, podman
 from gpuforge.lab.paths import CONTAINERS_CONF
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -75,7 +75,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(tmp_path_factory.mktemp("state")),
     )
 
@@ -84,7 +84,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def lab(env: dict[str, str]) -> Iterator[Path]:
     """The admitted d2conf lab (the health role installed the node checker); yields its
     inventory."""
-    inventory = cluster.state_dir(LAB) / "inventory"
+    inventory = lifecycle.state_dir(LAB) / "inventory"
     if os.environ.get("GPUFORGE_REUSE_LAB"):  # an admitted d2conf lab from an earlier run
         yield inventory
         return
@@ -99,7 +99,7 @@ def lab(env: dict[str, str]) -> Iterator[Path]:
         yield inventory
     finally:
         if not os.environ.get("GPUFORGE_KEEP_LAB"):
-            cluster.down(LAB)
+            lifecycle.down(LAB)
 
 
 def run_conformance(

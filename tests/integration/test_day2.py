@@ -36,7 +36,7 @@ import upgrading
 import yaml
 from alerting import AlertLab, Scenario, fire_and_resolve, ib_port_down, rack_over_budget, xid79
 
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.slurm.control import SINFO_FORMAT, SinfoRow, parse_sinfo
 
@@ -66,7 +66,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(tmp_path_factory.mktemp("state")),
     )
 
@@ -81,12 +81,12 @@ def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The day-2 lab, deployed and admitted, with the operator's drain; yields its inventory."""
-    cluster.down(LAB)
+    lifecycle.down(LAB)
     try:
         proc = run(env, "lab", "up", str(SPEC), timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        inventory = cluster.state_dir(LAB) / "inventory"
-        override = cluster.inventory_dir(LAB).site / "group_vars" / "all" / "zz-day2.yml"
+        inventory = lifecycle.state_dir(LAB) / "inventory"
+        override = lifecycle.inventory_dir(LAB).site / "group_vars" / "all" / "zz-day2.yml"
         override.parent.mkdir(parents=True, exist_ok=True)
         override.write_text(f"---\nslurm_health_check_interval: {INTERVAL_S}\n")
         reports = tmp_path_factory.mktemp("deploy")
@@ -118,7 +118,7 @@ def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield inventory
     finally:
         if not os.environ.get("GPUFORGE_KEEP_LAB"):
-            cluster.down(LAB)
+            lifecycle.down(LAB)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def collector(
     lab: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[str]]:
     """``gpuforge health serve`` on the lab's gateway: breaker of one node per leaf per 10 min."""
-    gateway = cluster.load_plan(LAB).gateway
+    gateway = lifecycle.load_plan(LAB).gateway
     log = tmp_path_factory.mktemp("collector") / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.inventory.reader import InventoryDir, host_vars
-from gpuforge.lab import cluster, podman
+from gpuforge.lab import lifecycle, podman
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.resources import project_path
 
@@ -39,13 +39,13 @@ def gpuforge(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[st
 
 
 def on_node(node: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
-    return cluster.ssh_run(LAB, node, ["sh", "-c", command], timeout=timeout)
+    return lifecycle.ssh_run(LAB, node, ["sh", "-c", command], timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def lab_up() -> Iterator[float]:
     """Bring the test lab up; yields how long ``lab up`` took. Always torn down."""
-    cluster.down(LAB)
+    lifecycle.down(LAB)
     started = time.monotonic()
     try:
         proc = gpuforge("lab", "up", str(SPEC))
@@ -53,11 +53,11 @@ def lab_up() -> Iterator[float]:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield seconds
     finally:
-        cluster.down(LAB)
+        lifecycle.down(LAB)
 
 
 def test_ansible_pings_every_node_through_the_generated_inventory(lab_up: float) -> None:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"))
     proc = subprocess.run(
         [ANSIBLE, "all", "-m", "ansible.builtin.ping", "-o"],
         capture_output=True,
@@ -74,7 +74,7 @@ def test_ansible_pings_every_node_through_the_generated_inventory(lab_up: float)
 
 def test_the_cluster_directory_alone_reaches_every_node(lab_up: float) -> None:
     """Both layers as two -i sources with the project's ansible.cfg: no lab config needed."""
-    inv = cluster.inventory_dir(LAB)
+    inv = lifecycle.inventory_dir(LAB)
     assert sorted(p.name for p in inv.root.iterdir()) == ["generated", "site"]
     env = dict(os.environ, ANSIBLE_CONFIG=str(project_path("ansible.cfg")))
     sources = InventoryDir.open(inv.root).ansible_args()
@@ -91,7 +91,7 @@ def test_the_cluster_directory_alone_reaches_every_node(lab_up: float) -> None:
 
 
 def test_reader_resolves_the_labs_site_layer(lab_up: float) -> None:
-    hostvars = host_vars(cluster.inventory_dir(LAB).root, "tgpu02")
+    hostvars = host_vars(lifecycle.inventory_dir(LAB).root, "tgpu02")
     assert hostvars["ansible_host"] == NODES["tgpu02"]
     assert hostvars["gpuforge_apt_repo_url"] == f"http://{LAB}-mirror/"
     assert hostvars["gpu_node_type"]["gpus"] == 8  # from the generated layer
@@ -120,7 +120,7 @@ def test_systemd_is_pid_1_and_running(lab_up: float) -> None:
 
 
 def test_host_key_checking_refuses_an_unknown_host(lab_up: float, tmp_path: Path) -> None:
-    sdir = cluster.state_dir(LAB)
+    sdir = lifecycle.state_dir(LAB)
     proc = subprocess.run(
         [
             "ssh",
@@ -143,7 +143,7 @@ def test_host_key_checking_refuses_an_unknown_host(lab_up: float, tmp_path: Path
 
 
 def test_lab_private_key_is_private(lab_up: float) -> None:
-    key = cluster.state_dir(LAB) / "ssh" / "id_ed25519"
+    key = lifecycle.state_dir(LAB) / "ssh" / "id_ed25519"
     assert key.stat().st_mode & 0o777 == 0o600
 
 
@@ -170,7 +170,7 @@ def test_mirror_signature_is_checked(lab_up: float) -> None:
     """With a keyring that did not sign the mirror, apt refuses it."""
     mirror = f"http://{LAB}-mirror"
     proc = subprocess.run(
-        cluster.ssh_command(
+        lifecycle.ssh_command(
             LAB,
             "tgpu02",
             [
@@ -241,7 +241,7 @@ def test_down_leaves_nothing_behind(lab_up: float) -> None:
     assert proc.returncode == 0, proc.stderr
     assert podman.containers(f"gpuforge.lab={LAB}") == []
     assert podman.networks(f"gpuforge.lab={LAB}") == []
-    assert not cluster.state_dir(LAB).exists()
+    assert not lifecycle.state_dir(LAB).exists()
     assert seconds < 30, f"lab down took {seconds:.1f}s"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.slurm.control import SINFO_FORMAT, SinfoRow, parse_sinfo
 
@@ -45,7 +45,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(tmp_path_factory.mktemp("state")),
     )
 
@@ -53,16 +53,16 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str]) -> Iterator[Path]:
     """A fresh lab with a site override of SlurmdTimeout; yields its inventory. Torn down."""
-    cluster.down(LAB)
+    lifecycle.down(LAB)
     try:
         proc = run(env, "lab", "up", str(SPEC), timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        override = cluster.inventory_dir(LAB).site / "group_vars" / "all" / "zz-phasestest.yml"
+        override = lifecycle.inventory_dir(LAB).site / "group_vars" / "all" / "zz-phasestest.yml"
         override.parent.mkdir(parents=True, exist_ok=True)
         override.write_text(f"---\nslurm_slurmd_timeout: {SLURMD_TIMEOUT_S}\n")
-        yield cluster.state_dir(LAB) / "inventory"
+        yield lifecycle.state_dir(LAB) / "inventory"
     finally:
-        cluster.down(LAB)
+        lifecycle.down(LAB)
 
 
 def run(env: dict[str, str], *args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -94,7 +94,7 @@ def deploy(env: dict[str, str], inventory: Path, phase: int, reports: Path) -> s
 def sinfo() -> dict[str, SinfoRow]:
     argv = ["sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}"]
     proc = subprocess.run(
-        cluster.ssh_command(LAB, CONTROLLER, argv),
+        lifecycle.ssh_command(LAB, CONTROLLER, argv),
         capture_output=True,
         text=True,
         timeout=60,

@@ -32,7 +32,7 @@ import pytest
 
 from gpuforge.admission import is_ours, parse_reason
 from gpuforge.command import CommandResult, run_argv
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
@@ -52,7 +52,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(tmp_path_factory.mktemp("state")),
     )
 
@@ -65,14 +65,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str]) -> Iterator[Path]:
     """The lab, up with the deploy fault file; yields its inventory. Always torn down."""
-    cluster.down(LAB)
+    lifecycle.down(LAB)
     try:
         faults = SPECS / "faults-rollout-deploy.yaml"
         proc = run(env, "lab", "up", str(SPEC), "--faults", str(faults))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        yield cluster.state_dir(LAB) / "inventory"
+        yield lifecycle.state_dir(LAB) / "inventory"
     finally:
-        cluster.down(LAB)
+        lifecycle.down(LAB)
 
 
 def run(env: dict[str, str], *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ class LabSsh:
 
     def run(self, host: str, command: str, *, timeout: float) -> CommandResult:
         return run_argv(
-            host, command, [*cluster.ssh_command(LAB, host), "--", command], timeout=timeout
+            host, command, [*lifecycle.ssh_command(LAB, host), "--", command], timeout=timeout
         )
 
 

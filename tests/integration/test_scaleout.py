@@ -28,7 +28,7 @@ import pytest
 from gpuforge.execution import artifacts
 from gpuforge.execution.executors import EXECUTION_GROUP, from_inventory
 from gpuforge.inventory.reader import list_inventory
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 from gpuforge.playbook import run_playbook
 
@@ -80,10 +80,10 @@ LAB_SSH_PLAY = """\
 def lab() -> Iterator[Path]:
     """The d2exec lab with xctl01 and xlog01 set up as execution hosts; yields the cluster dir."""
     os.environ.setdefault("CONTAINERS_CONF", str(CONTAINERS_CONF))
-    cfg = cluster.state_dir(LAB) / "ansible.cfg"
+    cfg = lifecycle.state_dir(LAB) / "ansible.cfg"
     reuse = bool(os.environ.get("GPUFORGE_REUSE_LAB")) and cfg.is_file()
     if not reuse:
-        cluster.down(LAB)
+        lifecycle.down(LAB)
     old_cfg = os.environ.get("ANSIBLE_CONFIG")
     old_path = os.environ["PATH"]
     # As the gpuforge command does: ansible-runner looks ansible-playbook up on PATH.
@@ -99,8 +99,8 @@ def lab() -> Iterator[Path]:
             )
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         os.environ["ANSIBLE_CONFIG"] = str(cfg)
-        inv = cluster.inventory_dir(LAB)
-        sdir = cluster.state_dir(LAB)
+        inv = lifecycle.inventory_dir(LAB)
+        sdir = lifecycle.state_dir(LAB)
         (inv.site / "execution.yml").write_text(_site_execution(sdir))
         files = [str(p) for p in (sdir / "ssh_config", sdir / "known_hosts")]
         files += [str(p) for p in (sdir / "ssh").iterdir()]
@@ -120,7 +120,7 @@ def lab() -> Iterator[Path]:
         else:
             os.environ["ANSIBLE_CONFIG"] = old_cfg
         if not os.environ.get("GPUFORGE_KEEP_LAB"):
-            cluster.down(LAB)
+            lifecycle.down(LAB)
 
 
 def _site_execution(sdir: Path, xlog01: str = "") -> str:
@@ -134,7 +134,7 @@ def _marks(lab: Path) -> list[str]:
     touched = []
     for node in GPUS:
         proc = subprocess.run(
-            cluster.ssh_command(LAB, node, ["test", "-e", "/etc/gpuforge"]),
+            lifecycle.ssh_command(LAB, node, ["test", "-e", "/etc/gpuforge"]),
             capture_output=True,
             timeout=60,
             check=False,
@@ -148,7 +148,7 @@ def _deploy(lab: Path, state: Path, reports: Path) -> subprocess.Popen[str]:
     env = dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(state),
     )
     argv = [GPUFORGE, "deploy", "--phase", "1", "--level", "quick", str(SPEC)]
@@ -161,9 +161,11 @@ def _deploy(lab: Path, state: Path, reports: Path) -> subprocess.Popen[str]:
 def test_a_bad_execution_host_is_refused_before_any_node_is_touched(
     lab: Path, tmp_path: Path
 ) -> None:
-    site = cluster.inventory_dir(LAB).site / "execution.yml"
+    site = lifecycle.inventory_dir(LAB).site / "execution.yml"
     good = site.read_text()
-    site.write_text(_site_execution(cluster.state_dir(LAB), "gpuforge_runner_venv: /opt/not-there"))
+    site.write_text(
+        _site_execution(lifecycle.state_dir(LAB), "gpuforge_runner_venv: /opt/not-there")
+    )
     try:
         proc = _deploy(lab, tmp_path / "state", tmp_path / "reports")
         out, err = proc.communicate(timeout=600)
@@ -192,7 +194,7 @@ def _kill_when_both_gpu_shards_run(reports: Path, proc: subprocess.Popen[str]) -
                 started[shard] = time.monotonic()
         # Half a minute into the second shard: its nodes are mid-play (packages, services).
         if len(started) == 2 and time.monotonic() - max(started.values()) > 30:
-            plan = cluster.load_plan(LAB)
+            plan = lifecycle.load_plan(LAB)
             subprocess.run(
                 ["podman", "kill", plan.container(LOST)],
                 check=False,

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import upgrading
 
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.lab.paths import CONTAINERS_CONF
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -53,7 +53,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(
         os.environ,
         CONTAINERS_CONF=str(CONTAINERS_CONF),
-        ANSIBLE_CONFIG=str(cluster.state_dir(LAB) / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(lifecycle.state_dir(LAB) / "ansible.cfg"),
         GPUFORGE_STATE_DIR=str(state),
     )
 
@@ -64,11 +64,11 @@ run = upgrading.gpuforge
 @pytest.fixture(scope="module")
 def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The d2upg lab, deployed and admitted on the older pins; yields its inventory."""
-    inventory = cluster.state_dir(LAB) / "inventory"
+    inventory = lifecycle.state_dir(LAB) / "inventory"
     if os.environ.get("GPUFORGE_REUSE_LAB"):
         yield inventory
         return
-    cluster.down(LAB)
+    lifecycle.down(LAB)
     try:
         proc = run(env, "lab", "up", str(SPEC), timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -90,7 +90,7 @@ def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield inventory
     finally:
         if not os.environ.get("GPUFORGE_KEEP_LAB"):
-            cluster.down(LAB)
+            lifecycle.down(LAB)
 
 
 def _upgrade(env: dict[str, str], inventory: Path, spec: Path, tmp: Path) -> None:

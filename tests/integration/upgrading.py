@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 from gpuforge.slurm.control import SINFO_FORMAT, parse_sinfo
 
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
@@ -54,7 +54,7 @@ def gpuforge(
 
 def ssh(lab: str, node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        cluster.ssh_command(lab, node, list(argv)),
+        lifecycle.ssh_command(lab, node, list(argv)),
         capture_output=True,
         text=True,
         timeout=timeout,

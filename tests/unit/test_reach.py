@@ -66,9 +66,9 @@ def closed_port() -> int:
 
 def test_answering_hung_and_closed_nodes(hung_port: int, sshd_port: int, closed_port: int) -> None:
     nodes = [
-        reach.SshTarget("good", "127.0.0.1", sshd_port),
-        reach.SshTarget("hung", "127.0.0.1", hung_port),
-        reach.SshTarget("gone", "127.0.0.1", closed_port),
+        reach.SshdEndpoint("good", "127.0.0.1", sshd_port),
+        reach.SshdEndpoint("hung", "127.0.0.1", hung_port),
+        reach.SshdEndpoint("gone", "127.0.0.1", closed_port),
     ]
     started = time.monotonic()
     silent = reach.probe(nodes, deadline_s=1.5)
@@ -79,7 +79,7 @@ def test_answering_hung_and_closed_nodes(hung_port: int, sshd_port: int, closed_
 
 
 def test_a_large_hung_batch_takes_one_deadline_not_one_per_node(hung_port: int) -> None:
-    nodes = [reach.SshTarget(f"gpu{i:04d}", "127.0.0.1", hung_port) for i in range(600)]
+    nodes = [reach.SshdEndpoint(f"gpu{i:04d}", "127.0.0.1", hung_port) for i in range(600)]
     started = time.monotonic()
     silent = reach.probe(nodes, deadline_s=2.0)
     elapsed = time.monotonic() - started
@@ -99,7 +99,7 @@ def test_targets_leave_jump_hosts_and_other_connections_to_ansible() -> None:
         "d": {},
     }
     found = reach.targets(hostvars, ["a", "b", "c", "d"])
-    assert found == [reach.SshTarget("a", "10.0.0.1", 2222), reach.SshTarget("d", "d", 22)]
+    assert found == [reach.SshdEndpoint("a", "10.0.0.1", 2222), reach.SshdEndpoint("d", "d", 22)]
 
 
 def test_preflight_plays_only_on_nodes_that_answered(

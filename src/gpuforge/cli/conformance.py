@@ -26,7 +26,7 @@ from gpuforge.cli.common import (
 )
 from gpuforge.cli.context import ClusterContext, cluster_context, state_context
 from gpuforge.conformance import report
-from gpuforge.conformance.run import LEVELS, Options, Outcome
+from gpuforge.conformance.run import LEVELS, ConformanceOptions, ConformanceOutcome
 from gpuforge.conformance.wiring import RunTarget, fleet_of, run_cluster
 from gpuforge.errors import InputError
 from gpuforge.history.conformance import ConformanceHistory
@@ -42,7 +42,7 @@ def _history(ctx: ClusterContext, *, create: bool, readonly: bool = False) -> Co
     return ConformanceHistory(HistoryStore.open(path, create=create, readonly=readonly))
 
 
-def _print(outcome: Outcome, paths: Mapping[str, Path]) -> None:
+def _print(outcome: ConformanceOutcome, paths: Mapping[str, Path]) -> None:
     ch = outcome.changes
     counts = ch.counts()
     click.echo(
@@ -145,7 +145,7 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
     Exit 0 every checked node conforms; 1 a node failed or could not be judged; 2 bad input,
     or the run was cut short (partial).
     """
-    opts = Options(level=level, window_minutes=window)
+    opts = ConformanceOptions(level=level, window_minutes=window)
     ctx = _context(cluster, inventory, state_dir)
     name = ctx.name
     history = _history(ctx, create=True)
@@ -206,7 +206,7 @@ def report_cmd(  # noqa: PLR0917 - one parameter per CLI option
     if as_json:
         echo_json(changes.to_dict())
     else:
-        _print(Outcome(changes, [], []), paths)
+        _print(ConformanceOutcome(changes, [], []), paths)
     raise SystemExit(changes.exit_code)
 
 

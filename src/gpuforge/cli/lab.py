@@ -67,8 +67,8 @@ def mirror_cmd(force: bool) -> None:
 def up_cmd(spec: Path | None, faults: Path | None) -> None:
     """Bring up one container per node of SPEC (default: the lab spec); idempotent."""
     from gpuforge.generate import write_cluster_inventory  # noqa: PLC0415
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
     from gpuforge.lab import faults as lab_faults  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
     from gpuforge.lab.image import ensure_image  # noqa: PLC0415
     from gpuforge.lab.mirror import ensure_mirror  # noqa: PLC0415
     from gpuforge.lab.plan import plan_from_cluster  # noqa: PLC0415
@@ -86,8 +86,8 @@ def up_cmd(spec: Path | None, faults: Path | None) -> None:
     def writer(root: Path) -> None:
         write_cluster_inventory(model, root, protect=(spec_path,))
 
-    result = lab_cluster.up(plan, writer, cluster_info=info, progress=_progress)
-    lab_cluster.apply_faults(plan.name, states)
+    result = lifecycle.up(plan, writer, cluster_info=info, progress=_progress)
+    lifecycle.apply_faults(plan.name, states)
     verb = "changed" if result.changed else "unchanged"
     click.echo(
         f"lab {plan.name}: {len(plan.nodes)} nodes up, {verb} ({result.seconds:.1f}s)\n"
@@ -105,10 +105,10 @@ def status_cmd(lab_name: str | None, as_json: bool) -> None:
     from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
     name = _lab_name(lab_name)
-    rows = lab_cluster.status(name)
+    rows = lifecycle.status(name)
     if as_json:
         echo_json([row.__dict__ for row in rows])
         return
@@ -131,10 +131,10 @@ def down_cmd(lab_name: str | None, state_dir: Path) -> None:
     The rollout record (STATE_DIR/<lab>/) describes nodes that are gone with the containers: left
     in place, it would tell the next deploy that fresh nodes were admitted long ago.
     """
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
     name = _lab_name(lab_name)
-    gone = lab_cluster.down(name)
+    gone = lifecycle.down(name)
     click.echo(f"lab {name}: removed {len(gone)} objects")
     paths = state_paths(state_dir, name)
     record = paths.root
@@ -150,9 +150,9 @@ def down_cmd(lab_name: str | None, state_dir: Path) -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def ssh_cmd(lab_name: str | None, timeout: float, node: str, command: tuple[str, ...]) -> None:
     """Open a root shell on NODE over SSH, or run COMMAND there (host keys checked)."""
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
-    cmd = lab_cluster.ssh_command(_lab_name(lab_name), node, command)
+    cmd = lifecycle.ssh_command(_lab_name(lab_name), node, command)
     if not command:
         # An interactive session lasts as long as the person at the terminal wants it to.
         os.execvp(cmd[0], cmd)  # noqa: S606
@@ -168,22 +168,22 @@ def ssh_cmd(lab_name: str | None, timeout: float, node: str, command: tuple[str,
 @click.argument("fault_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def faults_cmd(lab_name: str | None, fault_file: Path) -> None:
     """Load FAULT_FILE into the simulator on every node of the lab."""
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
     from gpuforge.lab import faults as lab_faults  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
     name = _lab_name(lab_name)
     doc = lab_faults.load_fault_file(fault_file)
-    states = lab_faults.node_states(doc, lab_cluster.load_cluster_info(name))
-    hosts = lab_cluster.apply_faults(name, states)
+    states = lab_faults.node_states(doc, lifecycle.load_cluster_info(name))
+    hosts = lifecycle.apply_faults(name, states)
     click.echo(f"lab {name}: faults from {fault_file} on {len(hosts)} nodes")
 
 
 def _lab_name(given: str | None) -> str:
     if given:
         return given
-    from gpuforge.lab import cluster as lab_cluster  # noqa: PLC0415
+    from gpuforge.lab import lifecycle  # noqa: PLC0415
 
-    labs = lab_cluster.known_labs()
+    labs = lifecycle.known_labs()
     if len(labs) == 1:
         return labs[0]
     if not labs:

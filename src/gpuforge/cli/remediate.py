@@ -144,7 +144,7 @@ def remediate(
     raise SystemExit(rem.exit_code(outcomes))
 
 
-def _report(outcomes: Sequence[rem.Outcome], *, dry_run: bool, as_json: bool) -> None:
+def _report(outcomes: Sequence[rem.RemediationOutcome], *, dry_run: bool, as_json: bool) -> None:
     if as_json:
         echo_json({"dry_run": dry_run, "nodes": [o.to_dict() for o in outcomes]})
         return

@@ -9,7 +9,7 @@ import click
 
 from gpuforge.cli.common import echo_json, json_option
 from gpuforge.topology import Topology, load_cluster
-from gpuforge.topology.rules import compat_warnings
+from gpuforge.topology.spec_rules import compat_warnings
 from gpuforge.topology.summary import render_summary, summarize
 
 spec_argument = click.argument("spec", type=click.Path(path_type=Path, dir_okay=False))

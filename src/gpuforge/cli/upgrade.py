@@ -20,7 +20,7 @@ from gpuforge.inventory.reader import ClusterView
 from gpuforge.ssh import SshTarget
 from gpuforge.topology import load_cluster
 from gpuforge.topology.cluster import compress
-from gpuforge.topology.rules import compat_warnings
+from gpuforge.topology.spec_rules import compat_warnings
 from gpuforge.upgrade.plan import (
     Installed,
     Limits,

@@ -1,4 +1,4 @@
-"""``gpuforge validate``: conformance, burn-in and NCCL acceptance of GPU nodes, then verdicts."""
+"""``gpuforge validate``: acceptance suite, burn-in and NCCL tests of GPU nodes, then verdicts."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.pipeline import wire
 from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, Tier, Verdict
+from gpuforge.validate.result import BatchSummary, Level, Verdict
 
 
 def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
     """Quarantined and held nodes one row each, first; admitted ones folded (a batch may hold a
     thousand): one row per set of warnings and Slurm action, the nodes as a hostlist."""
     acted = {a.node: a for a in actions}
-    table = Table(title=f"gpuforge validate ({summary.tier.value})")
+    table = Table(title=f"gpuforge validate ({summary.level.value})")
     for col in ("node", "verdict", "reasons", "warnings", "slurm"):
         table.add_column(col)
     style = {Verdict.ADMIT: "green", Verdict.QUARANTINE: "red", Verdict.HOLD: "magenta"}
@@ -59,10 +59,10 @@ def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
 @click.option("--phase", type=int, help="Validate the GPU nodes of this rollout phase.")
 @click.option(
     "--level",
-    type=click.Choice([t.value for t in Tier]),
-    default=Tier.QUICK.value,
+    type=click.Choice([t.value for t in Level]),
+    default=Level.QUICK.value,
     show_default=True,
-    help="quick: conformance; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
+    help="quick: acceptance suite; burnin: + dcgm/gpu-burn/ib_write_bw; full: + NCCL acceptance.",
 )
 @click.option(
     "--drain",
@@ -113,12 +113,12 @@ def validate(
     """
     if limit and phase is not None:
         raise InputError("give --limit or --phase, not both")
-    multinode = Tier(level) is Tier.FULL
+    multinode = Level(level) is Level.FULL
     wiring = wire(cluster_root(cluster, inventory), need_slurm=drain or multinode)
     ctx = cluster_context(cluster, inventory, state_dir, view=wiring.view)
     hosts = ctx.view.select(limit=limit, phase=phase)
-    opts = pipeline.Options(
-        level=Tier(level),
+    opts = pipeline.ValidationOptions(
+        level=Level(level),
         gpu_burn_seconds=gpu_burn_seconds,
         dcgm_level=int(dcgm_level),
         reservation=reservation if multinode else None,

@@ -18,7 +18,7 @@ from typing import Any
 import hostlist
 
 from gpuforge.atomic import write_atomic
-from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
+from gpuforge.history.conformance import ConformanceHistory, ConformanceRun, NodeResult
 from gpuforge.node import filediff
 from gpuforge.node.drift import CHECK as DRIFT_CHECK
 from gpuforge.reporting import render_page
@@ -51,8 +51,8 @@ class Placement:
 class Changes:
     """One run against the previous one."""
 
-    run: Run
-    previous: Run | None
+    run: ConformanceRun
+    previous: ConformanceRun | None
     results: Mapping[str, NodeResult]
     new_failures: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
@@ -114,10 +114,10 @@ class Changes:
 
 def compare(
     history: ConformanceHistory,
-    run: Run,
+    run: ConformanceRun,
     placement: Mapping[str, Placement],
     *,
-    previous: Run | None = None,
+    previous: ConformanceRun | None = None,
 ) -> Changes:
     """The :class:`Changes` of ``run`` against ``previous`` (default: the run before it)."""
     if previous is None:

@@ -24,7 +24,7 @@ from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.conformance import judge, plan
 from gpuforge.conformance.report import Changes, Placement, compare, file_diffs_meta
 from gpuforge.errors import InputError, OperationError
-from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
+from gpuforge.history.conformance import ConformanceHistory, ConformanceRun, NodeResult
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.slurm.control import NodeAction, SlurmNode
 
@@ -35,7 +35,7 @@ Raw = str | bytes | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
-class Options:
+class ConformanceOptions:
     """Knobs of one run."""
 
     level: str = "quick"
@@ -52,7 +52,7 @@ class Options:
 
 
 @dataclass
-class Fleet:
+class ConformanceFleet:
     """What the run knows of the cluster: its GPU nodes, their place and type."""
 
     nodes: Sequence[str]
@@ -63,7 +63,7 @@ class Fleet:
 
 
 @dataclass
-class Deps:
+class ConformanceDeps:
     """What a run talks to; tests pass fakes.
 
     With ``states`` (Slurm): ``submit(argv) -> job id``, ``active(job_ids) -> bool``,
@@ -86,7 +86,7 @@ class Deps:
 
 
 @dataclass
-class Outcome:
+class ConformanceOutcome:
     """A finished run: its changes report and what admission did."""
 
     changes: Changes
@@ -95,13 +95,13 @@ class Outcome:
 
 
 def run(
-    fleet: Fleet,
+    fleet: ConformanceFleet,
     history: ConformanceHistory,
-    opts: Options,
-    deps: Deps,
+    opts: ConformanceOptions,
+    deps: ConformanceDeps,
     *,
     lock_path: Path,
-) -> Outcome:
+) -> ConformanceOutcome:
     """One run under the lock (module docstring)."""
     with cluster_lock(lock_path, f"gpuforge conformance run --level {opts.level}") as stale:
         notes = [stale] if stale else []
@@ -112,11 +112,15 @@ def run(
         changes = compare(history, current, fleet.placement)
         decided = set(current.meta.get("recheck", [])) if current.meta else set()
         actions = _admit(changes, deps, skip=decided)
-        return Outcome(changes, actions, notes)
+        return ConformanceOutcome(changes, actions, notes)
 
 
 def _settle(
-    leftover: Run, fleet: Fleet, history: ConformanceHistory, opts: Options, deps: Deps
+    leftover: ConformanceRun,
+    fleet: ConformanceFleet,
+    history: ConformanceHistory,
+    opts: ConformanceOptions,
+    deps: ConformanceDeps,
 ) -> str:
     """Finish a killed run: wait for its job if Slurm still has it, else close it partial."""
     jobs = [str(j) for j in leftover.meta.get("jobs", [])]
@@ -132,8 +136,12 @@ def _settle(
 
 
 def _one(
-    fleet: Fleet, history: ConformanceHistory, opts: Options, deps: Deps, notes: list[str]
-) -> Run:
+    fleet: ConformanceFleet,
+    history: ConformanceHistory,
+    opts: ConformanceOptions,
+    deps: ConformanceDeps,
+    notes: list[str],
+) -> ConformanceRun:
     nodes = list(fleet.nodes)
     if deps.states is not None:
         states = deps.states()
@@ -167,12 +175,12 @@ def _one(
 
 
 def _through_slurm(  # noqa: PLR0917 - the run's context
-    current: Run,
+    current: ConformanceRun,
     selection: plan.Selection,
-    fleet: Fleet,
+    fleet: ConformanceFleet,
     history: ConformanceHistory,
-    opts: Options,
-    deps: Deps,
+    opts: ConformanceOptions,
+    deps: ConformanceDeps,
     notes: list[str],
     states: Mapping[str, SlurmNode],
 ) -> dict[str, NodeResult]:
@@ -231,7 +239,9 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
     return results
 
 
-def _wait(jobs: Sequence[str], deps: Deps, opts: Options, *, deadline: float) -> None:
+def _wait(
+    jobs: Sequence[str], deps: ConformanceDeps, opts: ConformanceOptions, *, deadline: float
+) -> None:
     if deps.active is None:
         return
     while deps.active(jobs):
@@ -244,7 +254,7 @@ def _wait(jobs: Sequence[str], deps: Deps, opts: Options, *, deadline: float) ->
 
 
 def _judge_all(
-    fleet: Fleet,
+    fleet: ConformanceFleet,
     nodes: Sequence[str],
     raw: Mapping[str, Raw],
     missing: str,
@@ -266,10 +276,10 @@ def _judge_all(
 
 
 def _collect_into(
-    current: Run,
-    fleet: Fleet,
+    current: ConformanceRun,
+    fleet: ConformanceFleet,
     history: ConformanceHistory,
-    deps: Deps,
+    deps: ConformanceDeps,
     jobs: Sequence[str],
     *,
     missing: str,
@@ -288,7 +298,7 @@ def _collect_into(
     return results
 
 
-def _admit(changes: Changes, deps: Deps, *, skip: set[str]) -> list[NodeAction]:
+def _admit(changes: Changes, deps: ConformanceDeps, *, skip: set[str]) -> list[NodeAction]:
     if deps.admission is None:
         return []
     verdicts = [

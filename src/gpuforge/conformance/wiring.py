@@ -22,7 +22,14 @@ from pathlib import Path
 from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.command import CommandRunner, SshRunner
 from gpuforge.conformance import judge, plan, report
-from gpuforge.conformance.run import Deps, Fleet, Options, Outcome, Raw, run
+from gpuforge.conformance.run import (
+    ConformanceDeps,
+    ConformanceFleet,
+    ConformanceOptions,
+    ConformanceOutcome,
+    Raw,
+    run,
+)
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health import fleet as health_fleet
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
@@ -32,7 +39,7 @@ from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import BatchSummary, Tier
+from gpuforge.validate.result import BatchSummary, Level
 
 #: Seconds one node checker run over SSH may take (burnin runs DCGM level 2).
 SSH_TIMEOUT = {"passive": 120.0, "quick": 300.0, "burnin": 1500.0}
@@ -42,7 +49,7 @@ SSH_PARALLEL = 32
 BURNIN_WINDOW = "gpuforge_conformance_burnin"
 
 
-def fleet_of(root: Path, hf: health_fleet.Fleet) -> Fleet:
+def fleet_of(root: Path, hf: health_fleet.Fleet) -> ConformanceFleet:
     """The cluster's GPU nodes with their place, type and generated Slurm settings."""
     generated = InventoryDir.open(root).generated
     path = generated / "topology.json"
@@ -67,7 +74,7 @@ def fleet_of(root: Path, hf: health_fleet.Fleet) -> Fleet:
         slurm = {}  # a fleet without Slurm (--no-slurm): nothing to compare
     except OSError as exc:
         raise InputError(f"{nodes_conf}: {exc.strerror or exc}") from None
-    return Fleet(hf.nodes, placement, types, slurm)
+    return ConformanceFleet(hf.nodes, placement, types, slurm)
 
 
 def job_id(out: str) -> str:
@@ -78,7 +85,7 @@ def job_id(out: str) -> str:
     return job
 
 
-def slurm_deps(slurm: SlurmClient, store: HistoryStore) -> Deps:
+def slurm_deps(slurm: SlurmClient, store: HistoryStore) -> ConformanceDeps:
     """The Slurm path: scontrol for states, sbatch, squeue; records from the collector's store."""
 
     def states() -> Mapping[str, control.SlurmNode]:
@@ -108,10 +115,10 @@ def slurm_deps(slurm: SlurmClient, store: HistoryStore) -> Deps:
                 out[node] = row.record_json
         return out
 
-    return Deps(states=states, submit=submit, active=active, collect=collect)
+    return ConformanceDeps(states=states, submit=submit, active=active, collect=collect)
 
 
-def ssh_deps(view: ClusterView, runner: CommandRunner | None = None) -> Deps:
+def ssh_deps(view: ClusterView, runner: CommandRunner | None = None) -> ConformanceDeps:
     """Without Slurm: the same node checker over SSH, :data:`SSH_PARALLEL` nodes at a time."""
     if runner is None:
         meta = view.inventory.get("_meta", {}).get("hostvars", {})
@@ -131,7 +138,7 @@ def ssh_deps(view: ClusterView, runner: CommandRunner | None = None) -> Deps:
         with ThreadPoolExecutor(SSH_PARALLEL) as pool:
             return {n: r for n, r in pool.map(one, nodes) if r is not None}
 
-    return Deps(ssh=ssh)
+    return ConformanceDeps(ssh=ssh)
 
 
 @contextmanager
@@ -215,8 +222,8 @@ def pipeline_burnin(root: Path, report_dir: Path) -> BurninFn:
         return pipeline.run_validation(
             wiring.view,
             list(nodes),
-            pipeline.Options(
-                level=Tier.FULL,
+            pipeline.ValidationOptions(
+                level=Level.FULL,
                 gpu_burn_seconds=60,
                 dcgm_level=2,
                 reservation=reservation,
@@ -242,12 +249,12 @@ class RunTarget:
 def run_cluster(
     cluster: RunTarget,
     history: ConformanceHistory,
-    opts: Options,
+    opts: ConformanceOptions,
     *,
     lock_path: Path,
     report_dir: Path,
     collector_listen: str | None = None,
-) -> Outcome:
+) -> ConformanceOutcome:
     """One conformance run on ``cluster``: wire its transport, serve the collector if asked, run.
 
     With admission (Slurm): one job array, records through the collector, verdicts admitted;

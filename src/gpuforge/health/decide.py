@@ -34,7 +34,7 @@ from typing import Any
 
 from gpuforge.admission import ACTIONS, Admission, BreakerPolicy, parse_reason
 from gpuforge.errors import InputError
-from gpuforge.history.store import Event, HistoryStore, parse_time
+from gpuforge.history.store import HistoryEvent, HistoryStore, parse_time
 from gpuforge.node import record as node_record
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction
@@ -278,7 +278,7 @@ class Decider:
             return
         kinds = {"drained": "drain", "resumed": "resume", "refused": "refused", "held": "hold"}
         events = [
-            Event(
+            HistoryEvent(
                 at=self.admission.clock(),
                 node=d.node,
                 kind=kinds[d.done],

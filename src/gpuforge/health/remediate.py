@@ -45,9 +45,9 @@ from gpuforge.validate.report import write_reports
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
+    Level,
     NodeVerdict,
     Status,
-    Tier,
     Verdict,
 )
 
@@ -91,7 +91,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RemediationOutcome:
     """What remediation did (or, in a dry run, would do) to one node.
 
     ``result``: ``resumed`` (passed, back in service), ``failed`` (the action or the
@@ -116,25 +116,27 @@ class Outcome:
 
 def select(
     states: Iterable[SlurmNode], *, named: bool = False
-) -> tuple[list[Candidate], list[Outcome]]:
+) -> tuple[list[Candidate], list[RemediationOutcome]]:
     """Split node states into candidates and skipped nodes (with why).
 
     ``named``: the operator named these nodes, so every node that is not a candidate is
     reported; otherwise only drained ones are (a healthy node is not news).
     """
     candidates: list[Candidate] = []
-    skipped: list[Outcome] = []
+    skipped: list[RemediationOutcome] = []
     for s in states:
         if not s.drained:
             if named:
-                skipped.append(Outcome(s.name, "skipped", f"not drained ({s.state_text})"))
+                skipped.append(
+                    RemediationOutcome(s.name, "skipped", f"not drained ({s.state_text})")
+                )
             continue
         reason = parse_reason(s.reason)
         if reason is None:
             why = f"drained by an operator ({s.reason or 'no reason'}): never touched"
-            skipped.append(Outcome(s.name, "skipped", why))
+            skipped.append(RemediationOutcome(s.name, "skipped", why))
             continue
-        base = Outcome(s.name, "skipped", "", check=reason.check, action=reason.action)
+        base = RemediationOutcome(s.name, "skipped", "", check=reason.check, action=reason.action)
         if reason.action == "rma":
             skipped.append(_with(base, detail=f"waiting for RMA ({s.reason})"))
         elif reason.action not in (*REMEDIABLE, *HANDS):
@@ -148,8 +150,8 @@ def select(
     return candidates, skipped
 
 
-def _with(outcome: Outcome, **changes: Any) -> Outcome:
-    return Outcome(**{**asdict(outcome), **changes})
+def _with(outcome: RemediationOutcome, **changes: Any) -> RemediationOutcome:
+    return RemediationOutcome(**{**asdict(outcome), **changes})
 
 
 #: Runs one action on nodes; returns {node: error} for the nodes where it failed.
@@ -197,9 +199,9 @@ class Remediator:
         step = str((last[-1].data or {}).get("step", "")) if last else ""
         return "" if step == "concluded" else step
 
-    def plan(self, candidates: Sequence[Candidate]) -> list[Outcome]:
+    def plan(self, candidates: Sequence[Candidate]) -> list[RemediationOutcome]:
         """What :meth:`run` would do, changing nothing (``--dry-run``)."""
-        out: list[Outcome] = []
+        out: list[RemediationOutcome] = []
         for c in candidates:
             failures = self.failures(c.node, c.check)
             why = self._escalation(c, failures)
@@ -209,7 +211,7 @@ class Remediator:
                 detail = f"{c.action} done by a killed run: would re-validate at level burnin"
             else:
                 detail = f"would {c.action.replace('_', ' ')}, re-validate at level burnin"
-            out.append(Outcome(c.node, "planned", detail, c.check, c.action, failures))
+            out.append(RemediationOutcome(c.node, "planned", detail, c.check, c.action, failures))
         return out
 
     def _escalation(self, c: Candidate, failures: int) -> str:
@@ -220,11 +222,11 @@ class Remediator:
             return f"{failures} remediations within {days:g} days failed or did not hold"
         return ""
 
-    def run(self, candidates: Sequence[Candidate]) -> list[Outcome]:
-        """Remediate ``candidates``; one :class:`Outcome` per node."""
+    def run(self, candidates: Sequence[Candidate]) -> list[RemediationOutcome]:
+        """Remediate ``candidates``; one :class:`RemediationOutcome` per node."""
         if self.admission.record.window(self.policy.reservation) is not None:
             self.admission.close_window(self.policy.reservation)  # a killed run's
-        out: list[Outcome] = []
+        out: list[RemediationOutcome] = []
         todo: dict[str, list[Candidate]] = {}
         validate_only: list[Candidate] = []
         for c in candidates:
@@ -256,7 +258,7 @@ class Remediator:
         except GpuforgeError as exc:
             return dict.fromkeys(nodes, str(exc))
 
-    def _revalidate(self, acted: list[Candidate]) -> list[Outcome]:
+    def _revalidate(self, acted: list[Candidate]) -> list[RemediationOutcome]:
         nodes = [c.node for c in acted]
         others = [n for n in self.population if n not in set(nodes)]
         partners = self.admission.idle_in_service(others, self.policy.partners)
@@ -270,7 +272,7 @@ class Remediator:
                 [v for v in verdicts.values() if v.verdict is not Verdict.QUARANTINE]
             )
         slurm = {a.node: a for a in admitted}
-        out: list[Outcome] = []
+        out: list[RemediationOutcome] = []
         for c in acted:
             verdict = verdicts.get(c.node)
             out.append(self._judged(c, verdict, slurm.get(c.node)))
@@ -278,7 +280,7 @@ class Remediator:
 
     def _judged(
         self, c: Candidate, verdict: NodeVerdict | None, slurm: NodeAction | None
-    ) -> Outcome:
+    ) -> RemediationOutcome:
         data = {"verdict": verdict.to_dict() if verdict else None}
         if verdict is None or verdict.verdict is Verdict.HOLD:
             why = ", ".join(verdict.reasons) if verdict else "no verdict"
@@ -293,7 +295,7 @@ class Remediator:
         detail: str,
         data: Mapping[str, Any] | None = None,
         slurm: NodeAction | None = None,
-    ) -> Outcome:
+    ) -> RemediationOutcome:
         """Record a failed remediation; escalate when it is one too many."""
         outcome = self._conclude(c, "failed", detail, data, slurm)
         why = self._escalation(c, outcome.failures)
@@ -306,13 +308,13 @@ class Remediator:
         detail: str,
         data: Mapping[str, Any] | None = None,
         slurm: NodeAction | None = None,
-    ) -> Outcome:
+    ) -> RemediationOutcome:
         failures = self.failures(c.node, c.check) + (result == "failed")
         self._event(c, "concluded", detail, {"outcome": result, **(data or {})})
         state = f"{slurm.action}: {slurm.before} -> {slurm.after}" if slurm else ""
-        return Outcome(c.node, result, detail, c.check, c.action, failures, slurm=state)
+        return RemediationOutcome(c.node, result, detail, c.check, c.action, failures, slurm=state)
 
-    def escalate(self, c: Candidate, why: str) -> Outcome:
+    def escalate(self, c: Candidate, why: str) -> RemediationOutcome:
         """Write the evidence bundle, then drain ``c.node`` for RMA through admission."""
         self.history.add_event(
             c.node,
@@ -341,7 +343,7 @@ class Remediator:
             detail=f"escalated to RMA: {why}",
             data={"step": "escalated", "bundle": bundle, "reason": action.reason},
         )
-        return Outcome(
+        return RemediationOutcome(
             c.node,
             "escalated",
             f"escalated to RMA: {why}",
@@ -375,7 +377,7 @@ def rma_verdict(node: str, check: str, why: str) -> NodeVerdict:
 
 def candidates_now(
     admission: Admission, nodes: Sequence[str] | None
-) -> tuple[list[Candidate], list[Outcome]]:
+) -> tuple[list[Candidate], list[RemediationOutcome]]:
     """Read Slurm and :func:`select`: ``nodes`` when named, else every node (``--pending``)."""
     states = control.node_states(admission.slurm, nodes, timeout=admission.timeout)
     return select(states, named=nodes is not None)
@@ -383,7 +385,7 @@ def candidates_now(
 
 def remediate(
     remediator: Remediator, nodes: Sequence[str] | None, *, dry_run: bool, lock_path: Path
-) -> list[Outcome]:
+) -> list[RemediationOutcome]:
     """``gpuforge remediate``: the outcomes of ``nodes`` (None: every pending node), then the
     skipped ones. A dry run plans and changes nothing; a real one holds the cluster's lock."""
     candidates, skipped = candidates_now(remediator.admission, nodes)
@@ -393,7 +395,7 @@ def remediate(
         return [*remediator.run(candidates), *skipped]
 
 
-def exit_code(outcomes: Iterable[Outcome]) -> int:
+def exit_code(outcomes: Iterable[RemediationOutcome]) -> int:
     """0 nothing failed; 1 a node failed or went to RMA; 2 a re-validation was inconclusive."""
     results = {o.result for o in outcomes}
     if results & {"failed", "escalated"}:
@@ -438,8 +440,8 @@ def pipeline_validate(
     """Re-validation at level burnin through the validation pipeline; reports in ``run_dir``."""
 
     def validate(nodes: Sequence[str], partners: Sequence[str]) -> BatchSummary:
-        opts = pipeline.Options(
-            level=Tier.BURNIN,
+        opts = pipeline.ValidationOptions(
+            level=Level.BURNIN,
             gpu_burn_seconds=gpu_burn_seconds,
             dcgm_level=dcgm_level,
             work_dir=run_dir / "validation",

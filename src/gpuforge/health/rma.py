@@ -45,7 +45,7 @@ from gpuforge.atomic import atomic_open, write_atomic
 from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health.remediate import EVENT_REMEDIATION, EVENT_RMA, SOURCE
-from gpuforge.history import Event, HistoryStore
+from gpuforge.history import HistoryEvent, HistoryStore
 from gpuforge.history.store import iso
 from gpuforge.redact import scrub_file, scrub_text
 from gpuforge.slurm import control
@@ -243,7 +243,7 @@ def _dmi(text: str) -> dict[str, str]:
     return out
 
 
-def _check_from_events(events: Sequence[Event]) -> str:
+def _check_from_events(events: Sequence[HistoryEvent]) -> str:
     """The check of the newest event that names one (a drain, a remediation, an escalation)."""
     for e in reversed(events):
         if e.check:
@@ -279,7 +279,7 @@ def _latest_results(
     node: str,
     prefix: str,
     reports: Sequence[tuple[float, Path, dict[str, Any]]],
-    events: Sequence[Event],
+    events: Sequence[HistoryEvent],
 ) -> dict[str, Any]:
     """The newest results whose check starts with ``prefix``: a report or a re-validation."""
     candidates: list[tuple[float, str, list[dict[str, Any]]]] = []
@@ -309,7 +309,7 @@ def _failing_output(
     node: str,
     check: str,
     history: HistoryStore,
-    events: Sequence[Event],
+    events: Sequence[HistoryEvent],
     reports: Sequence[tuple[float, Path, dict[str, Any]]],
 ) -> str:
     """Every raw output the store and the reports hold for the failing check (and failures)."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from gpuforge.history.store import (
     EVENT_KINDS,
     SCHEMA_VERSION,
-    Event,
     HistoryEntry,
+    HistoryEvent,
     HistoryStore,
     LatestRow,
     Retention,
@@ -23,8 +23,8 @@ from gpuforge.history.store import (
 __all__ = [
     "EVENT_KINDS",
     "SCHEMA_VERSION",
-    "Event",
     "HistoryEntry",
+    "HistoryEvent",
     "HistoryStore",
     "LatestRow",
     "Retention",

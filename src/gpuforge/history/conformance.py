@@ -61,7 +61,7 @@ class NodeResult:
 
 
 @dataclass(frozen=True)
-class Run:
+class ConformanceRun:
     """One conformance run."""
 
     id: int
@@ -87,8 +87,8 @@ class Run:
         }
 
 
-def _run(row: Sequence[Any]) -> Run:
-    return Run(
+def _run(row: Sequence[Any]) -> ConformanceRun:
+    return ConformanceRun(
         id=row[0],
         started=row[1],
         finished=row[2],
@@ -133,7 +133,9 @@ class ConformanceHistory:
 
     # -- runs
 
-    def begin(self, level: str, nodes: int, *, at: float | None = None, meta: Any = None) -> Run:
+    def begin(
+        self, level: str, nodes: int, *, at: float | None = None, meta: Any = None
+    ) -> ConformanceRun:
         """Record a new run as ``running`` and return it."""
         started = time.time() if at is None else at
         with self.store.transaction() as db:
@@ -143,7 +145,7 @@ class ConformanceHistory:
                 (started, level, nodes, json.dumps(meta or {}, sort_keys=True)),
             )
             run_id = int(cur.lastrowid or 0)
-        return Run(run_id, started, None, level, "running", nodes, {}, dict(meta or {}))
+        return ConformanceRun(run_id, started, None, level, "running", nodes, {}, dict(meta or {}))
 
     def update_meta(self, run_id: int, meta: Mapping[str, Any]) -> None:
         """Merge ``meta`` into the run's (the job id, once sbatch answered)."""
@@ -174,7 +176,7 @@ class ConformanceHistory:
             )
         return len(rows)
 
-    def finish(self, run_id: int, state: str, *, at: float | None = None) -> Run:
+    def finish(self, run_id: int, state: str, *, at: float | None = None) -> ConformanceRun:
         """Close the run as ``complete`` or ``partial`` with its counts."""
         if state not in RUN_STATES[1:]:
             raise ValueError(f"state: {state!r}")
@@ -194,7 +196,7 @@ class ConformanceHistory:
         assert run is not None  # noqa: S101 - just written
         return run
 
-    def run(self, run_id: int) -> Run | None:
+    def run(self, run_id: int) -> ConformanceRun | None:
         """Run ``run_id``."""
         with self._read() as db:
             if db is None:
@@ -205,7 +207,7 @@ class ConformanceHistory:
             ).fetchone()
         return None if row is None else _run(row)
 
-    def runs(self, limit: int = 30) -> list[Run]:
+    def runs(self, limit: int = 30) -> list[ConformanceRun]:
         """The newest ``limit`` runs, newest first."""
         with self._read() as db:
             if db is None:
@@ -216,7 +218,7 @@ class ConformanceHistory:
             ).fetchall()
         return [_run(r) for r in rows]
 
-    def unfinished(self) -> Run | None:
+    def unfinished(self) -> ConformanceRun | None:
         """The newest run still marked ``running`` (a killed run's), or None."""
         return next((r for r in self.runs(50) if r.state == "running"), None)
 
@@ -231,7 +233,7 @@ class ConformanceHistory:
             ).fetchall()
         return {r[0]: _result(r) for r in rows}
 
-    def node_history(self, node: str, limit: int = 365) -> list[tuple[Run, NodeResult]]:
+    def node_history(self, node: str, limit: int = 365) -> list[tuple[ConformanceRun, NodeResult]]:
         """``node``'s results, newest first, with their runs."""
         with self._read() as db:
             if db is None:

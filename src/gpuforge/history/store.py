@@ -276,7 +276,7 @@ class LatestRow:
 
 
 @dataclass(frozen=True)
-class Event:
+class HistoryEvent:
     """One event about one node."""
 
     at: float
@@ -316,7 +316,7 @@ class HistoryEntry:
     verdict: str = ""
     previous: str | None = None
     checks: str = ""
-    event: Event | None = None
+    event: HistoryEvent | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -572,10 +572,11 @@ class HistoryStore:
         data: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one event about ``node`` (``kind`` one of :data:`EVENT_KINDS`)."""
-        self.add_events([Event(at if at is not None else time.time(), node, kind, check, action,
-                               code, gpu, source, detail, data)])  # fmt: skip
+        when = at if at is not None else time.time()
+        self.add_events([HistoryEvent(when, node, kind, check, action, code, gpu, source, detail,
+                                      data)])  # fmt: skip
 
-    def add_events(self, events: Iterable[Event]) -> None:
+    def add_events(self, events: Iterable[HistoryEvent]) -> None:
         """Record several events in one transaction."""
         rows = list(events)
         for e in rows:
@@ -694,7 +695,7 @@ class HistoryStore:
         since: float | None = None,
         until: float | None = None,
         limit: int | None = None,
-    ) -> list[Event]:
+    ) -> list[HistoryEvent]:
         """Events, oldest first, filtered by kind, node and time."""
         where = ["at >= ?"]
         args: list[Any] = [since if since is not None else 0.0]
@@ -753,8 +754,8 @@ def _latest(r: Sequence[Any]) -> LatestRow:
     )
 
 
-def _event(r: Sequence[Any]) -> Event:
-    return Event(
+def _event(r: Sequence[Any]) -> HistoryEvent:
+    return HistoryEvent(
         at=r[0],
         node=r[1],
         kind=r[2],

@@ -1,4 +1,4 @@
-"""The files a lab renders from its plan: pure text, written by :mod:`gpuforge.lab.cluster`.
+"""The files a lab renders from its plan: pure text, written by :mod:`gpuforge.lab.lifecycle`.
 
 * each node's ``/etc/hosts`` block (every node at its management address, and the mirror);
 * ``.lab/<lab>/known_hosts``, ``ssh_config`` and ``ansible.cfg`` (SSH and Ansible with the lab's

@@ -3,7 +3,7 @@
 It pins the lab's podman configuration (``lab/containers.conf`` through ``CONTAINERS_CONF``), puts
 a timeout on every call and turns failures into :class:`~gpuforge.errors.OperationError` with the
 command and the tail of its stderr.  Nothing here knows about topologies;
-:mod:`gpuforge.lab.cluster` does.
+:mod:`gpuforge.lab.lifecycle` does.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from pathlib import Path
 from gpuforge.node import config as cfg
 from gpuforge.node import drift, engine, output
 from gpuforge.node import state as st
+from gpuforge.node.commands import Budget, Runner
 from gpuforge.node.probes import DCGM_BUDGET_S, TIERS, Probe, gpu_dcgm_diag, skip
 from gpuforge.node.record import from_dict
-from gpuforge.node.run import Budget, Runner
 
 HELP = "one nightly conformance task: passive checks, drift, one record to the collector"
 #: The passive checks' share of the task (they have their own 10 s budget on a lab node).

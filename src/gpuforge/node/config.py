@@ -66,7 +66,7 @@ VERSION_KEYS = catalogue.VERSION_KEYS
 
 
 @dataclass(frozen=True, slots=True)
-class Collector:
+class CollectorConfig:
     """Where records go: ``url`` + ``/v1/records``, with a timeout in seconds."""
 
     url: str
@@ -118,7 +118,7 @@ class HealthConfig:
 
     node: str
     version: int = VERSION
-    collector: Collector | None = None
+    collector: CollectorConfig | None = None
     sysfs_root: Path = Path("/sys")
     state_dir: Path = DEFAULT_STATE_DIR
     textfile_dir: Path = DEFAULT_TEXTFILE_DIR
@@ -323,7 +323,7 @@ def _path(r: _Reader, data: Mapping[str, Any], key: str, default: Path) -> Path:
     return Path(value)
 
 
-def _collector(r: _Reader, top: Mapping[str, Any]) -> Collector | None:
+def _collector(r: _Reader, top: Mapping[str, Any]) -> CollectorConfig | None:
     if top.get("collector") is None:
         return None
     d = r.mapping(top["collector"], "collector", ("url", "timeout_s"))
@@ -334,7 +334,7 @@ def _collector(r: _Reader, top: Mapping[str, Any]) -> Collector | None:
         raise r.fail("collector.url", f"must be an http:// or https:// URL (got {url!r})")
     timeout = r.number(d, "timeout_s", "collector", 2.0, positive=True)
     assert timeout is not None  # noqa: S101 - has a default
-    return Collector(url.rstrip("/"), timeout)
+    return CollectorConfig(url.rstrip("/"), timeout)
 
 
 def _expect(r: _Reader, raw: object) -> Expect:

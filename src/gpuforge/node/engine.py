@@ -28,10 +28,10 @@ from pathlib import Path
 
 from gpuforge.node import output
 from gpuforge.node import state as st
+from gpuforge.node.commands import Budget, Runner
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.probes import TIERS, Probe, UnavailableError, skip
 from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
-from gpuforge.node.run import Budget, Runner
 from gpuforge.validate import catalogue
 from gpuforge.validate.xid_catalogue import Action
 
@@ -101,7 +101,7 @@ def request_of(state: st.State) -> Request | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class RunOutcome:
     """A finished run: its record, the exit status, and what delivery did."""
 
     record: Record
@@ -119,7 +119,7 @@ def run_tier(
     job_id: str | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     runner: Runner | None = None,
-) -> Outcome:
+) -> RunOutcome:
     """Run ``tier``'s checks on this node and write and send the record."""
     budget = Budget(config.timeout(tier))
     runner = runner or Runner(budget, env=env)
@@ -159,7 +159,7 @@ def run_tier(
     if tier == "prolog":
         exit_code = prolog_blocks(record, config, current_boot=_boot_or_none(probe), now=started)
     delivery = _write(config, record, state, budget, update=update, blocked=exit_code == 1)
-    return Outcome(record, exit_code, delivery, state.note)
+    return RunOutcome(record, exit_code, delivery, state.note)
 
 
 def _prolog_request(

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuforge.node.commands import Budget, Runner, ToolError
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.record import Record
-from gpuforge.node.run import Budget, Runner, ToolError
 from gpuforge.node.state import State, Streak, write_atomic
 
 #: Metric encoding of a status (skip is not written).

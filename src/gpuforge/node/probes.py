@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
-from gpuforge.node.record import TEXT_MAX, CheckRecord, Event, clip
-from gpuforge.node.run import Output, Runner, ToolError
+from gpuforge.node.commands import Output, Runner, ToolError
+from gpuforge.node.record import TEXT_MAX, CheckRecord, NodeEvent, clip
 from gpuforge.node.state import State
 from gpuforge.validate import catalogue, checks, flaps
-from gpuforge.validate.checks import Outcome
+from gpuforge.validate.checks import JudgeOutcome
 from gpuforge.validate.parsers import (
     dcgmi,
     ibstat,
@@ -66,9 +66,11 @@ class UnavailableError(Exception):
     """The check cannot conclude (tool missing, timed out, unreadable output)."""
 
 
-def judged(check: str, outcome: Outcome, evidence: str, needles: Sequence[str] = ()) -> CheckRecord:
-    """A pure check's :class:`Outcome` as a result: a FAIL carries the outcome's own action, else
-    the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
+def judged(
+    check: str, outcome: JudgeOutcome, evidence: str, needles: Sequence[str] = ()
+) -> CheckRecord:
+    """A pure check's :class:`JudgeOutcome` as a result: a FAIL carries the outcome's own action,
+    else the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
 
     Only a result that is not a pass carries its evidence: 12,500 nodes send a record every
     interval, and what explains a pass is its ``measured`` value.
@@ -112,7 +114,7 @@ class Probe:
     tier: str
     proc_root: Path = Path("/proc")
     counters: dict[str, float] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
+    events: list[NodeEvent] = field(default_factory=list)
     _memo: dict[str, Any] = field(default_factory=dict)
 
     # --- gathering (each at most once per run) ---------------------------------------------
@@ -371,10 +373,12 @@ def _xid_events(p: Probe, report: xid.XidReport | None) -> None:
     gpus = p.gpu_of_pci()
     for e in report.xids:
         gpu = gpus.get(_short_pci(e.pci))
-        p.events.append(Event("xid", e.timestamp, gpu, e.xid, clip(f"{e.name}: {e.message}", 300)))
+        p.events.append(
+            NodeEvent("xid", e.timestamp, gpu, e.xid, clip(f"{e.name}: {e.message}", 300))
+        )
     for s in report.sxids:
         p.events.append(
-            Event("sxid", s.timestamp, None, s.sxid, clip(f"{s.switch}: {s.message}", 300))
+            NodeEvent("sxid", s.timestamp, None, s.sxid, clip(f"{s.switch}: {s.message}", 300))
         )
 
 
@@ -479,14 +483,14 @@ def fabric_port(p: Probe) -> CheckRecord:
     return guarded("fabric.port", body)
 
 
-def _combine(check: str, parts: Sequence[tuple[str, Outcome]], evidence: str) -> CheckRecord:
+def _combine(check: str, parts: Sequence[tuple[str, JudgeOutcome]], evidence: str) -> CheckRecord:
     bad = [(name, o) for name, o in parts if not o.ok and not o.warn_only]
     warn = [(name, o) for name, o in parts if not o.ok and o.warn_only]
     measured = "; ".join(f"{name}: {o.measured}" for name, o in parts)
     expected = "; ".join(sorted({str(o.expected) for _, o in parts}))
     detail = "; ".join(f"{name}: {o.detail}" for name, o in bad + warn if o.detail)
     ok = not bad and not warn
-    outcome = Outcome(ok, measured, expected, detail, warn_only=bool(warn) and not bad)
+    outcome = JudgeOutcome(ok, measured, expected, detail, warn_only=bool(warn) and not bad)
     return judged(check, outcome, evidence)
 
 
@@ -605,7 +609,7 @@ def fabric_roce_pfc(p: Probe) -> CheckRecord:
         limit = {k: int(params["max_pause"]) for k in deltas}
         outcome = checks.counter_growth(deltas, limit, window_s=float(params["window_s"]))
         if not outcome.ok:
-            outcome = Outcome(
+            outcome = JudgeOutcome(
                 False, outcome.measured, outcome.expected, outcome.detail, warn_only=True
             )
         return judged("fabric.roce_pfc", outcome, "\n".join(evidence))

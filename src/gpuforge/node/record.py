@@ -94,7 +94,7 @@ class CheckRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class NodeEvent:
     """Something dated that happened on the node: an Xid, a link going down."""
 
     event: str
@@ -164,7 +164,7 @@ class Record:
     job_id: str | None = None
     config_digest: str | None = None
     counters: Mapping[str, int | float] = field(default_factory=dict)
-    events: tuple[Event, ...] = ()
+    events: tuple[NodeEvent, ...] = ()
     drift: tuple[Drift, ...] = ()
     request: Request | None = None
     schema: str = SCHEMA
@@ -447,9 +447,9 @@ def _check(r: _Reader, raw: object, where: str) -> CheckRecord:
     )
 
 
-def _event(r: _Reader, raw: object, where: str) -> Event:
+def _event(r: _Reader, raw: object, where: str) -> NodeEvent:
     d = r.obj(raw, where, _EVENT_KEYS, ("event",))
-    return Event(
+    return NodeEvent(
         event=r.req_text(d, "event", where),
         time=r.text(d, "time", where, null=True),
         gpu=r.integer(d, "gpu", where, null=True),

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpuforge.admission import format_reason
 from gpuforge.errors import InputError
-from gpuforge.history.store import Event as StoreEvent
+from gpuforge.history.store import HistoryEvent as StoreEvent
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict.history import EVENTS, LABELS, Event, History, SeriesKey
 from gpuforge.predict.score import METRICS

@@ -29,7 +29,7 @@ LEVELS = ("quick", "burnin", "full")
 
 
 @dataclass(frozen=True, slots=True)
-class Validation:
+class ValidationOutcome:
     """What the validate step returns: a verdict per node, the rows to record, the reports."""
 
     verdicts: dict[str, NodeVerdict]
@@ -48,7 +48,7 @@ class Steps(Protocol):
         """Run the site play on ``hosts``; return the hosts that failed, with their first error."""
         ...
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         """Validate ``hosts``; ``admitted`` nodes may serve as known-good test partners."""
         ...
 

@@ -16,7 +16,7 @@ from gpuforge.execution.plays import ProjectInput, plan_for, run_play
 from gpuforge.inventory.reader import list_inventory
 from gpuforge.node import bundle
 from gpuforge.playbook import EventHandler, RunResult
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.lock import play_record
 from gpuforge.rollout.state import StateStore
 from gpuforge.rollout.validation import validate_with_validators
@@ -24,7 +24,7 @@ from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.pipeline import PEER_CHECKS
 from gpuforge.validate.result import NodeVerdict
 
-ValidateFn = Callable[[list[str], str, list[str]], Validation]
+ValidateFn = Callable[[list[str], str, list[str]], ValidationOutcome]
 
 PREFLIGHT_ROUND_S = 120
 """Preflight of one round of ``forks`` nodes: a few read-only tasks."""
@@ -155,7 +155,7 @@ class AnsibleSteps:
             )
         return failed
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         # New nodes join drained, and srun starts nothing on a drained node: the batch is
         # resumed inside a root-only maintenance window for the acceptance jobs, with a few
         # idle admitted nodes as known-good partners. The window is recorded before Slurm is

@@ -13,12 +13,12 @@ from pathlib import Path
 from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.errors import GpuforgeError
 from gpuforge.inventory.reader import ClusterView
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.state import ResultRow
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate import pipeline
 from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, Tier
+from gpuforge.validate.result import BatchSummary, Level
 
 
 def _text(value: object) -> str:
@@ -50,7 +50,7 @@ def validate_with_validators(
     reservation: str | None = None,
     known_good: Sequence[str] = (),
     peer_reference: Mapping[str, Mapping[str, float]] | None = None,
-) -> Validation:
+) -> ValidationOutcome:
     """Run the validators at ``level`` on ``hosts`` and write their JSON/JUnit/HTML reports.
 
     ``reservation`` is the Slurm reservation the acceptance jobs run in (nodes not admitted yet);
@@ -59,8 +59,8 @@ def validate_with_validators(
     batch's peer comparisons.
     """
     wiring = pipeline.wire(inventory)
-    options = pipeline.Options(
-        level=Tier(level),
+    options = pipeline.ValidationOptions(
+        level=Level(level),
         work_dir=report_dir,
         reservation=reservation,
         peer_reference=dict(peer_reference or {}),
@@ -70,14 +70,14 @@ def validate_with_validators(
     )
     paths = write_reports(summary, report_dir)
     verdicts = {n.node: n for n in summary.nodes}
-    return Validation(verdicts, result_rows(summary), tuple(paths.values()))
+    return ValidationOutcome(verdicts, result_rows(summary), tuple(paths.values()))
 
 
 def validate_and_admit(
     view: ClusterView,
     hosts: Sequence[str],
-    opts: pipeline.Options,
-    deps: pipeline.Deps,
+    opts: pipeline.ValidationOptions,
+    deps: pipeline.ValidationDeps,
     admission: Admission | None,
     *,
     drain: bool,

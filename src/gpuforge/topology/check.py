@@ -22,7 +22,7 @@ from gpuforge.topology.cluster import PhasePlan, compress
 from gpuforge.topology.errors import Problem
 from gpuforge.topology.fabric import FabricImpossible, FabricPlan, plan_fabric
 from gpuforge.topology.model import NodeGroup, NodeType, Subnet, Topology
-from gpuforge.topology.rules import check_rules
+from gpuforge.topology.spec_rules import check_rules
 
 MAX_NODES = 200_000
 """Nodes of one spec; planning is linear in them, this bounds time and memory."""

@@ -2,7 +2,7 @@
 
 One entry per model: the spellings a topology's ``gpu_model`` may use, its board power, and the
 published figures the acceptance floors are fractions of (with their sources). The spec check
-(:mod:`gpuforge.topology.rules`), the validation floors (:mod:`gpuforge.validate.thresholds`),
+(:mod:`gpuforge.topology.spec_rules`), the validation floors (:mod:`gpuforge.validate.thresholds`),
 the power recording rules (:mod:`gpuforge.monitoring.rules`) and the lab simulator
 (``lab/sim/gpuforge_sim/skus.py``) all read it. The simulator runs on lab nodes with the
 standard library alone and without gpuforge, so the catalogue is data (JSON), not code: the

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from gpuforge.admission import format_reason, is_ours
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.inventory.render import all_vars
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.lock import cluster_lock
 from gpuforge.rollout.state import NodeState, StateStore
 from gpuforge.slurm.control import NodeAction, SlurmNode
@@ -103,7 +103,7 @@ class UpgradeSteps(Protocol):
         """Run the roles on ``hosts`` (rebooting where the driver changed); failed hosts, why."""
         ...
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         """Validate ``hosts`` (inside a maintenance window)."""
         ...
 

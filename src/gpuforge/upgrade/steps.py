@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gpuforge.admission import Admission
 from gpuforge.errors import OperationError
 from gpuforge.execution.plays import run_play
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.steps import PROVISION_ROUND_S, SITE_INPUTS, AnsibleSteps
 from gpuforge.slurm import control
 from gpuforge.slurm.control import NodeAction, SlurmNode
@@ -107,7 +107,7 @@ class AnsibleUpgradeSteps:
         failed.update(dict.fromkeys(missing, "the play never reached this host"))
         return failed
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         return self.deploy.validate(hosts, level, admitted)
 
     def admit(self, verdicts: Sequence[NodeVerdict]) -> list[NodeAction]:

@@ -21,7 +21,7 @@ from typing import Any
 from gpuforge.command import CommandResult, CommandRunner
 from gpuforge.validate import catalogue, checks
 from gpuforge.validate.parsers import dcgmi, gpu_burn, ib_write_bw
-from gpuforge.validate.result import CheckResult, Status, Tier, excerpt
+from gpuforge.validate.result import CheckResult, Level, Status, excerpt
 from gpuforge.validate.thresholds import ib_write_bw_floor_gbps
 
 #: Seconds ``dcgmi diag -r N`` may take (roles/dcgm defaults ``dcgm_diag_timeouts``).
@@ -41,7 +41,7 @@ def _base(node: str, check: str, res: CommandResult) -> dict[str, Any]:
         "check": check,
         "evidence": res.evidence(),
         "duration_s": res.duration_s,
-        "tier": Tier.BURNIN,
+        "level": Level.BURNIN,
     }
 
 
@@ -139,7 +139,7 @@ def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResu
                     raw, [f'"{t.name}"', f"| {t.name} ", *_needles(f.said, raw), *diag.errors[:2]]
                 ),
                 duration_s=res.duration_s,
-                tier=Tier.BURNIN,
+                level=Level.BURNIN,
                 message=("; ".join(f.said) or f"DCGM gave no explanation for {t.name}")[:500],
                 action=f.action,
             )
@@ -164,7 +164,7 @@ def dcgm_diag(runner: CommandRunner, node: str, *, level: int) -> list[CheckResu
             expected=expected,
             evidence=excerpt(raw, [*_needles(said, raw), *diag.errors[:2]]),
             duration_s=res.duration_s,
-            tier=Tier.BURNIN,
+            level=Level.BURNIN,
             message="; ".join([*diag.errors, *said])[:500],
             action=catalogue.result_action(
                 check, ok=outcome.ok, warn=outcome.warn_only, named=outcome.action
@@ -252,7 +252,7 @@ def gpu_burn_check(
                 expected=expected_text,
                 evidence=", ".join(f"GPU {i}: {v}" for i, v in rates.items()),
                 duration_s=res.duration_s,
-                tier=Tier.BURNIN,
+                level=Level.BURNIN,
                 message=message,
                 action=catalogue.result_action("burnin.gpu_burn", ok=ok, warn=False),
             )
@@ -418,7 +418,7 @@ def ib_write_bw_rail(
                     check="burnin.ib_write_bw",
                     status=Status.ERROR,
                     expected=f">= {floor:g} Gb/s",
-                    tier=Tier.BURNIN,
+                    level=Level.BURNIN,
                     message="no partner to test with",
                 )
             )
@@ -463,7 +463,7 @@ def _ib_result(node: str, r: PairResult, floor: float, status: Status, msg: str)
         expected=f">= {floor:g} Gb/s",
         evidence=r.evidence(),
         duration_s=max(r.client.duration_s, r.server.duration_s),
-        tier=Tier.BURNIN,
+        level=Level.BURNIN,
         message=msg or r.problem,
     )
 
@@ -475,7 +475,7 @@ def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[Ch
         if r.check.startswith(prefix) and isinstance(r.measured, int | float):
             low[r.node] = min(low.get(r.node, float("inf")), float(r.measured))
     return [
-        CheckResult(node=n, check=check, status=Status.PASS, measured=v, tier=Tier.BURNIN)
+        CheckResult(node=n, check=check, status=Status.PASS, measured=v, level=Level.BURNIN)
         for n, v in sorted(low.items())
     ]
 
@@ -538,7 +538,7 @@ def sample_counters(
 
 
 def counter_results(
-    before: CounterSample, after: CounterSample, *, level: Tier, maxima: Mapping[str, int]
+    before: CounterSample, after: CounterSample, *, level: Level, maxima: Mapping[str, int]
 ) -> CheckResult:
     """``fabric.counters`` over the validation: the node checker's judge, growth from before
     burn-in to after the last level (a counter that went down was reset: from zero)."""
@@ -551,7 +551,7 @@ def counter_results(
             Status.ERROR,
             expected="counters readable before and after",
             evidence=after.evidence if after.error else before.evidence,
-            tier=level,
+            level=level,
             message=before.error or after.error,
         )
     deltas = {
@@ -572,7 +572,7 @@ def counter_results(
         expected=outcome.expected,
         evidence=evidence,
         duration_s=window,
-        tier=level,
+        level=level,
         message=outcome.detail,
         action=catalogue.result_action(check, ok=outcome.ok, warn=False, named=outcome.action),
     )

@@ -1,4 +1,4 @@
-"""Node conformance checks as pure functions: parsed tool output + expectation -> :class:`Outcome`.
+"""Node checks as pure functions: parsed tool output + expectation -> :class:`JudgeOutcome`.
 
 The testinfra suite (validators/) gathers the output on the node and asserts on these; keeping
 the judgement here makes every rule unit-testable against real-format samples.
@@ -38,7 +38,7 @@ BENIGN_CLOCK_REASONS = frozenset(
 
 
 @dataclass(frozen=True)
-class Outcome:
+class JudgeOutcome:
     """The judgement of one fact: ``ok`` or not, with what was seen and what was wanted."""
 
     ok: bool
@@ -75,46 +75,46 @@ def model_matches(product: str, expected_model: str) -> bool:
     return all(s in got for s in sizes)
 
 
-def gpu_count(csv: NvidiaSmiCsv, expected: int) -> Outcome:
+def gpu_count(csv: NvidiaSmiCsv, expected: int) -> JudgeOutcome:
     """Exactly ``expected`` GPUs visible."""
     n = len(csv.rows)
-    return Outcome(n == expected, n, expected, "" if n == expected else "GPU missing or extra")
+    return JudgeOutcome(n == expected, n, expected, "" if n == expected else "GPU missing or extra")
 
 
-def gpu_models(csv: NvidiaSmiCsv, expected_model: str) -> Outcome:
+def gpu_models(csv: NvidiaSmiCsv, expected_model: str) -> JudgeOutcome:
     """Every GPU is the expected model."""
     names = [str(r.values.get("name") or "") for r in csv.rows]
     bad = [n for n in names if not model_matches(n, expected_model)]
-    return Outcome(not bad and bool(names), ",".join(sorted(set(names))), expected_model)
+    return JudgeOutcome(not bad and bool(names), ",".join(sorted(set(names))), expected_model)
 
 
-def csv_all_equal(csv: NvidiaSmiCsv, field: str, expected: str) -> Outcome:
+def csv_all_equal(csv: NvidiaSmiCsv, field: str, expected: str) -> JudgeOutcome:
     """Every GPU reports ``field`` == ``expected`` (case-insensitive)."""
     values = [str(r.values.get(field)) for r in csv.rows]
     bad = sorted({v for v in values if v.lower() != expected.lower()})
-    return Outcome(bool(values) and not bad, ",".join(sorted(set(values))), expected)
+    return JudgeOutcome(bool(values) and not bad, ",".join(sorted(set(values))), expected)
 
 
-def exact_version(measured: str | None, expected: str) -> Outcome:
+def exact_version(measured: str | None, expected: str) -> JudgeOutcome:
     """An installed version equals the pinned one (a package version may carry a ``-1`` suffix)."""
     got = (measured or "").strip()
     base = got.split(":", 1)[-1]  # epoch
     ok = bool(got) and (base == expected or base.startswith(expected + "-"))
-    return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
+    return JudgeOutcome(ok, got or None, expected, "" if ok else "version differs from the pin")
 
 
 def _gpu_label(g: GpuInfo, i: int) -> str:
     return g.pci_bus_id or f"gpu{i}"
 
 
-def ecc_enabled(report: NvidiaSmiReport) -> Outcome:
+def ecc_enabled(report: NvidiaSmiReport) -> JudgeOutcome:
     """ECC mode is Enabled on every GPU."""
     modes = [(g.ecc_mode or "N/A") for g in report.gpus]
     ok = bool(modes) and all(m.lower() == "enabled" for m in modes)
-    return Outcome(ok, ",".join(sorted(set(modes))), "Enabled")
+    return JudgeOutcome(ok, ",".join(sorted(set(modes))), "Enabled")
 
 
-def no_uncorrectable_ecc(report: NvidiaSmiReport) -> Outcome:
+def no_uncorrectable_ecc(report: NvidiaSmiReport) -> JudgeOutcome:
     """No volatile uncorrectable ECC error (SRAM or DRAM) on any GPU since the driver loaded."""
     bad = []
     for i, g in enumerate(report.gpus):
@@ -124,10 +124,10 @@ def no_uncorrectable_ecc(report: NvidiaSmiReport) -> Outcome:
         total = (v.sram_uncorrectable or 0) + (v.dram_uncorrectable or 0)
         if total:
             bad.append(f"{_gpu_label(g, i)}={total}")
-    return Outcome(not bad, ";".join(bad) or 0, 0, "uncorrectable ECC errors" if bad else "")
+    return JudgeOutcome(not bad, ";".join(bad) or 0, 0, "uncorrectable ECC errors" if bad else "")
 
 
-def row_remap_healthy(report: NvidiaSmiReport) -> Outcome:
+def row_remap_healthy(report: NvidiaSmiReport) -> JudgeOutcome:
     """No pending row remap (needs a GPU reset) and no remap failure (needs an RMA)."""
     bad = []
     for i, g in enumerate(report.gpus):
@@ -143,14 +143,14 @@ def row_remap_healthy(report: NvidiaSmiReport) -> Outcome:
     # A remap failure is Xid 64's fault (hardware), a pending remap Xid 63's (a GPU reset).
     failed = any("remap failure" in b for b in bad)
     act = lookup(64 if failed else 63).action.value if bad else ""
-    return Outcome(not bad, ";".join(bad) or "none", "none pending, no failure", action=act)
+    return JudgeOutcome(not bad, ";".join(bad) or "none", "none pending, no failure", action=act)
 
 
-def persistence_enabled(report: NvidiaSmiReport) -> Outcome:
+def persistence_enabled(report: NvidiaSmiReport) -> JudgeOutcome:
     """Persistence mode on every GPU."""
     modes = [(g.persistence_mode or "N/A") for g in report.gpus]
     ok = bool(modes) and all(m.lower() == "enabled" for m in modes)
-    return Outcome(ok, ",".join(sorted(set(modes))), "Enabled")
+    return JudgeOutcome(ok, ",".join(sorted(set(modes))), "Enabled")
 
 
 def _idle(g: GpuInfo) -> bool:
@@ -161,7 +161,7 @@ def _idle(g: GpuInfo) -> bool:
 
 def pcie_link(
     report: NvidiaSmiReport, *, gen: int | None = None, width: int | None = None
-) -> Outcome:
+) -> JudgeOutcome:
     """Every GPU's PCIe link runs at the expected generation and width.
 
     ``gen``/``width`` are the node type's (topology, else the SKU's); without them the device
@@ -189,14 +189,14 @@ def pcie_link(
     exp = f"gen{gen or 'max'} x{width or 'max'}"
     measured = ",".join(sorted(set(seen)))
     if bad or not seen:
-        return Outcome(False, measured, exp, "; ".join(bad + idle_low))
+        return JudgeOutcome(False, measured, exp, "; ".join(bad + idle_low))
     if idle_low:
         detail = "; ".join(idle_low) + " while idle (power saving?); DCGM's PCIe test runs loaded"
-        return Outcome(False, measured, exp, detail, warn_only=True)
-    return Outcome(True, measured, exp)
+        return JudgeOutcome(False, measured, exp, detail, warn_only=True)
+    return JudgeOutcome(True, measured, exp)
 
 
-def no_throttling(report: NvidiaSmiReport) -> Outcome:
+def no_throttling(report: NvidiaSmiReport) -> JudgeOutcome:
     """No active clock event reason other than idle / application clocks / power cap."""
     bad = []
     for i, g in enumerate(report.gpus):
@@ -207,7 +207,7 @@ def no_throttling(report: NvidiaSmiReport) -> Outcome:
         ]
         if active:
             bad.append(f"{_gpu_label(g, i)}: {', '.join(active)}")
-    return Outcome(not bad, "; ".join(bad) or "none", "idle or power cap only")
+    return JudgeOutcome(not bad, "; ".join(bad) or "none", "idle or power cap only")
 
 
 #: Fields of one power-cap sample (``nvidia-smi --query-gpu=... --format=csv``). The
@@ -230,7 +230,7 @@ def _num(value: object) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def power_cap_held(samples: Sequence[NvidiaSmiCsv]) -> Outcome:
+def power_cap_held(samples: Sequence[NvidiaSmiCsv]) -> JudgeOutcome:
     """No GPU is held at its power cap under a light load (every sample of ``POWER_QUERY``).
 
     A GPU working hard sits at its power cap by design ("SW Power Cap" active, clocks a little
@@ -241,7 +241,9 @@ def power_cap_held(samples: Sequence[NvidiaSmiCsv]) -> Outcome:
     default limit, as the likely cause.
     """
     if not samples or not all(s.rows for s in samples):
-        return Outcome(False, "no samples", "samples of every GPU", "nvidia-smi printed no rows")
+        return JudgeOutcome(
+            False, "no samples", "samples of every GPU", "nvidia-smi printed no rows"
+        )
     per_gpu: dict[str, list[dict[str, object]]] = {}
     for sample in samples:
         for row in sample.rows:
@@ -285,7 +287,7 @@ def power_cap_held(samples: Sequence[NvidiaSmiCsv]) -> Outcome:
         f"no GPU at its power cap below {POWER_CAP_LIGHT_LOAD_PCT:.0f}% load and "
         f"{POWER_CAP_CLOCK_FRACTION:.0%} of its max SM clock"
     )
-    return Outcome(not held, "; ".join(held) or "none held", expected, "; ".join(held))
+    return JudgeOutcome(not held, "; ".join(held) or "none held", expected, "; ".join(held))
 
 
 def split_csv_samples(text: str) -> list[str]:
@@ -298,7 +300,9 @@ def split_csv_samples(text: str) -> list[str]:
     return ["\n".join(block) for block in out if any(b.strip() for b in block)]
 
 
-def nvlink_all_up(status: NvlinkStatus, *, gpus: int, links_per_gpu: int | None = None) -> Outcome:
+def nvlink_all_up(
+    status: NvlinkStatus, *, gpus: int, links_per_gpu: int | None = None
+) -> JudgeOutcome:
     """Every GPU shows all its NVLink links active (and the same number on every GPU)."""
     counts = {g.index: g.active_links for g in status.gpus}
     totals = {g.index: len(g.links) for g in status.gpus}
@@ -311,7 +315,7 @@ def nvlink_all_up(status: NvlinkStatus, *, gpus: int, links_per_gpu: int | None 
     if len(status.gpus) != gpus:
         bad.append(f"{len(status.gpus)} GPUs listed, {gpus} expected")
     ok = not bad and want > 0
-    return Outcome(
+    return JudgeOutcome(
         ok, "; ".join(bad) or f"{want} links x {gpus}", f"{want or '>0'} links up per GPU"
     )
 
@@ -322,7 +326,7 @@ def ib_ports(
     *,
     rate_gbps: float,
     link_layer: str,
-) -> list[tuple[str, Outcome]]:
+) -> list[tuple[str, JudgeOutcome]]:
     """One outcome per rail: its device's port 1 Active, LinkUp, at ``rate_gbps``, right layer."""
     by_name = {ca.name: ca for ca in report.cas}
     out = []
@@ -332,7 +336,7 @@ def ib_ports(
         ca = by_name.get(dev)
         expected = f"Active/LinkUp {want_rate:g} Gb/s {link_layer}"
         if ca is None or not ca.ports:
-            out.append((dev, Outcome(False, "absent", expected, f"{dev} not in ibstat")))
+            out.append((dev, JudgeOutcome(False, "absent", expected, f"{dev} not in ibstat")))
             continue
         p = ca.ports[0]
         measured = f"{p.state}/{p.physical_state} {p.rate_gbps or 0:g} Gb/s {p.link_layer}"
@@ -345,11 +349,11 @@ def ib_ports(
             problems.append(f"rate {p.rate_gbps} < {want_rate:g}")
         if (p.link_layer or "").lower() != link_layer.lower():
             problems.append(f"link layer {p.link_layer}")
-        out.append((dev, Outcome(not problems, measured, expected, "; ".join(problems))))
+        out.append((dev, JudgeOutcome(not problems, measured, expected, "; ".join(problems))))
     return out
 
 
-def no_hardware_xids(kernel_log: str) -> Outcome:
+def no_hardware_xids(kernel_log: str) -> JudgeOutcome:
     """Judge the Xids in a kernel log by the Xid catalogue (``validate/data/xid_catalogue.yaml``).
 
     * any Xid whose catalogue action drains (``reset_gpu``, ``reboot``, ``inspect``, ``rma``) and
@@ -380,24 +384,26 @@ def no_hardware_xids(kernel_log: str) -> Outcome:
     if actions:
         detail = "\n".join([line for _, line, _ in drains][:5] + fallen[:2])
         worst = max(actions, key=lambda a: a.rank)
-        return Outcome(False, ",".join(flagged), "no hardware Xid", detail, action=worst.value)
+        return JudgeOutcome(False, ",".join(flagged), "no hardware Xid", detail, action=worst.value)
     if watch:
         seen = sorted({f"{e.xid}@{e.pci}={lookup(e.xid).action.value}" for e, _ in watch})
         detail = "application or monitor-only Xids: " + "\n".join(ln for _, ln in watch[:5])
-        return Outcome(
+        return JudgeOutcome(
             False, ",".join(seen), "no hardware Xid", detail, warn_only=True, action="monitor"
         )
-    return Outcome(True, "none", "no hardware Xid")
+    return JudgeOutcome(True, "none", "no hardware Xid")
 
 
-def sysctl_values(measured: Mapping[str, str], expected: Mapping[str, object]) -> Outcome:
+def sysctl_values(measured: Mapping[str, str], expected: Mapping[str, object]) -> JudgeOutcome:
     """Every expected sysctl has the expected value (whitespace-insensitive)."""
     bad = []
     for key, want in sorted(expected.items()):
         got = measured.get(key)
         if got is None or " ".join(str(got).split()) != " ".join(str(want).split()):
             bad.append(f"{key}={got!r} (want {want!r})")
-    return Outcome(not bad, "; ".join(bad) or f"{len(expected)} ok", f"{len(expected)} sysctls")
+    return JudgeOutcome(
+        not bad, "; ".join(bad) or f"{len(expected)} ok", f"{len(expected)} sysctls"
+    )
 
 
 #: The note a node with a read-only ``/proc/sys`` gets instead of a warning.
@@ -413,7 +419,7 @@ def sysctl_conformance(
     *,
     read_only: bool = False,
     at_boot: Mapping[str, str] | None = None,
-) -> Outcome:
+) -> JudgeOutcome:
     """The live sysctls match; where ``/proc/sys`` is read-only, the boot-time ones must.
 
     A read-only ``/proc/sys`` (a container's) cannot hold the values, so there the check is on
@@ -425,8 +431,8 @@ def sysctl_conformance(
         return now
     booted = sysctl_values(at_boot or {}, expected)
     if booted.ok:
-        return Outcome(True, booted.measured, booted.expected, READ_ONLY_SYSCTL_NOTE)
-    return Outcome(
+        return JudgeOutcome(True, booted.measured, booted.expected, READ_ONLY_SYSCTL_NOTE)
+    return JudgeOutcome(
         False,
         booted.measured,
         booted.expected,
@@ -438,13 +444,13 @@ def sysctl_conformance(
 IPOIB_HEADER = 4
 
 
-def mtu_matches(measured: str | int | None, expected: int, *, link_layer: str) -> Outcome:
+def mtu_matches(measured: str | int | None, expected: int, *, link_layer: str) -> JudgeOutcome:
     """A rail's netdev MTU is the declared one; IPoIB in datagram mode caps it at the IB MTU
     less its 4-byte header, so on InfiniBand that value matches too."""
     text = str(measured if measured is not None else "").strip()
     got = int(text) if text.isdigit() else None
     ok = got == expected or (link_layer.lower() == "infiniband" and got == expected - IPOIB_HEADER)
-    return Outcome(ok, got if got is not None else (text or None), expected)
+    return JudgeOutcome(ok, got if got is not None else (text or None), expected)
 
 
 def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
@@ -460,7 +466,7 @@ def parse_kv(text: str, sep: str = "=") -> dict[str, str]:
 
 def counter_growth(
     deltas: Mapping[str, float], maxima: Mapping[str, int], *, window_s: float
-) -> Outcome:
+) -> JudgeOutcome:
     """Each error counter grew by at most its maximum within the window.
 
     ``deltas`` maps a counter key ending in the counter's name (``ib/mlx5_0/1/symbol_error``) to
@@ -480,10 +486,10 @@ def counter_growth(
         f"{k}={v}" for k, v in sorted(maxima.items())
     )
     detail = "error counters grew faster than allowed" if over else ""
-    return Outcome(not over, measured, expected, detail)
+    return JudgeOutcome(not over, measured, expected, detail)
 
 
-def pinned_version(measured: str | None, expected: str) -> Outcome:
+def pinned_version(measured: str | None, expected: str) -> JudgeOutcome:
     """An installed version matches its pin: equal, or the pin followed by ``.``, ``-`` or ``+``.
 
     A pin names as much of the version as the site fixes: ``22.05`` accepts ``22.05.8-4``,
@@ -495,7 +501,7 @@ def pinned_version(measured: str | None, expected: str) -> Outcome:
     ok = bool(got) and (
         base == expected or base.startswith((expected + ".", expected + "-", expected + "+"))
     )
-    return Outcome(ok, got or None, expected, "" if ok else "version differs from the pin")
+    return JudgeOutcome(ok, got or None, expected, "" if ok else "version differs from the pin")
 
 
 #: The one query of installed packages (every path: the node checker, the acceptance suite, the
@@ -552,7 +558,7 @@ def package_version(
     return None
 
 
-def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str]) -> Outcome:
+def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str]) -> JudgeOutcome:
     """Every pinned component's installed version matches (:func:`pinned_version`)."""
     bad = []
     seen = []
@@ -561,7 +567,7 @@ def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str])
         seen.append(f"{key}={got or 'absent'}")
         if not pinned_version(got, pins[key]).ok:
             bad.append(f"{key} {got or 'absent'} != {pins[key]}")
-    return Outcome(
+    return JudgeOutcome(
         not bad,
         ", ".join(seen),
         ", ".join(f"{k}={v}" for k, v in sorted(pins.items())),
@@ -569,11 +575,11 @@ def pinned_versions(measured: Mapping[str, str | None], pins: Mapping[str, str])
     )
 
 
-def services_active(states: Mapping[str, str]) -> Outcome:
+def services_active(states: Mapping[str, str]) -> JudgeOutcome:
     """Every service's ``systemctl is-active`` state is ``active``."""
     bad = [f"{name} {state}" for name, state in states.items() if state != "active"]
     measured = ", ".join(f"{n}={s}" for n, s in states.items())
-    return Outcome(not bad, measured, "all active", "; ".join(bad))
+    return JudgeOutcome(not bad, measured, "all active", "; ".join(bad))
 
 
 @dataclass(frozen=True)
@@ -625,7 +631,7 @@ def dcgm_failures(diag: DcgmDiag) -> list[DcgmFailure]:
     return out
 
 
-def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
+def dcgm_diag_passed(diag: DcgmDiag) -> JudgeOutcome:
     """Every DCGM diagnostic test passed or was skipped; a warning alone is ``warn_only``.
 
     A failure's action is the strongest its failed tests call for (an error DCGM did not tie to
@@ -638,7 +644,7 @@ def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
         said = [m for f in failures for m in f.said[:2]] + list(diag.errors[:2])
         detail = "failed: " + ", ".join(f.instance for f in failures)
         actions = [f.action for f in failures] or [catalogue.DCGM_DEFAULT_ACTION]
-        return Outcome(
+        return JudgeOutcome(
             False,
             measured,
             "every test Pass or Skip",
@@ -648,5 +654,5 @@ def dcgm_diag_passed(diag: DcgmDiag) -> Outcome:
     if warned:
         said = [m for t in warned for m in t.warnings[:2]]
         detail = "warnings: " + "; ".join(said or [t.name for t in warned])
-        return Outcome(False, measured, "every test Pass or Skip", detail, warn_only=True)
-    return Outcome(True, measured, "every test Pass or Skip")
+        return JudgeOutcome(False, measured, "every test Pass or Skip", detail, warn_only=True)
+    return JudgeOutcome(True, measured, "every test Pass or Skip")

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuforge.validate import catalogue
-from gpuforge.validate.checks import Outcome
+from gpuforge.validate.checks import JudgeOutcome
 from gpuforge.validate.parsers.link_events import LinkEvent
 
 _PARAMS = catalogue.params("fabric.flaps")
@@ -92,7 +92,9 @@ def count(
     )
 
 
-def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta = WINDOW) -> Outcome:
+def judge(
+    flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta = WINDOW
+) -> JudgeOutcome:
     """Flap (not ok), warning (one or more cycles below the threshold, or of unknown age) or ok."""
     hours = f"{window.total_seconds() / 3600:g} h"
     counter = "" if flaps.link_downed is None else f", LinkDownedCounter {flaps.link_downed}"
@@ -100,7 +102,7 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
     expected = f"< {threshold} down/up in {hours}"
     seen = flaps.in_window
     if seen >= threshold:
-        return Outcome(
+        return JudgeOutcome(
             False,
             measured,
             expected,
@@ -108,7 +110,7 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
             f"(gpud counts {threshold} as a flap)",
         )
     if seen:
-        return Outcome(
+        return JudgeOutcome(
             False,
             measured,
             expected,
@@ -117,7 +119,7 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
         )
     if flaps.link_downed or flaps.older_cycles:
         older = max(flaps.link_downed or 0, flaps.older_cycles)
-        return Outcome(
+        return JudgeOutcome(
             False,
             measured,
             expected,
@@ -125,7 +127,7 @@ def judge(flaps: PortFlaps, *, threshold: int = FLAP_CYCLES, window: timedelta =
             f"none dated inside the last {hours}",
             warn_only=True,
         )
-    return Outcome(True, measured, expected)
+    return JudgeOutcome(True, measured, expected)
 
 
 #: gpud's "drop": a port down for longer than this without coming back.
@@ -138,7 +140,7 @@ def dropped(
     *,
     now: datetime,
     down_s: float = DROP_AFTER.total_seconds(),
-) -> Outcome:
+) -> JudgeOutcome:
     """The port's last event is a ``Link down`` older than ``down_s`` (gpud's drop: > 4 min).
 
     A port that went down moments ago may be retraining; one still down after ``down_s`` has
@@ -147,18 +149,18 @@ def dropped(
     last = next((e for e in reversed(events) if e.netdev == netdev), None)
     limit = f"{down_s:g} s"
     if last is None or last.up or last.time is None:
-        return Outcome(
+        return JudgeOutcome(
             True, "up" if last is None or last.up else "down (undated)", f"not down > {limit}"
         )
     age = (now - last.time).total_seconds()
     if age > down_s:
-        return Outcome(
+        return JudgeOutcome(
             False,
             f"down for {age:.0f} s",
             f"not down > {limit}",
             f"{netdev} went down at {last.time.isoformat()} and has not come back (gpud: drop)",
         )
-    return Outcome(True, f"down for {age:.0f} s", f"not down > {limit}")
+    return JudgeOutcome(True, f"down for {age:.0f} s", f"not down > {limit}")
 
 
 def judge_port(
@@ -169,7 +171,7 @@ def judge_port(
     boot: datetime | None,
     link_downed: int | None,
     params: Mapping[str, Any] | None = None,
-) -> Outcome:
+) -> JudgeOutcome:
     """The ``fabric.flaps`` judgement of one port, on every path: a drop, else the flap count.
 
     ``params``: the check's thresholds (``flaps``, ``window_h``, ``down_s``), the catalogue's

@@ -1,6 +1,6 @@
 """One validation run: pick the nodes, run the tiers, decide, and (optionally) act in Slurm.
 
-``quick`` is the testinfra conformance suite; ``burnin`` adds DCGM diagnostics, gpu-burn and
+``quick`` is the testinfra acceptance suite; ``burnin`` adds DCGM diagnostics, gpu-burn and
 ib_write_bw per rail; ``full`` adds NCCL acceptance (per node, then the multi-node plan with
 culprit localization). Every dependency with side effects (the command runner, the suite, the
 collective) is injected, so the whole pipeline runs in unit tests against fakes.
@@ -25,19 +25,19 @@ from gpuforge.inventory.reader import ClusterView
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.validate import burnin, catalogue, nccl
-from gpuforge.validate.conformance import SuiteRun, run_suite
+from gpuforge.validate.acceptance import SuiteRun, run_suite
 from gpuforge.validate.result import (
     BatchSummary,
     CheckResult,
-    Finding,
-    Tier,
+    FabricFinding,
+    Level,
     Verdict,
     decide,
 )
 from gpuforge.validate.thresholds import for_sku, nccl_net_floor_gbs
 from gpuforge.validate.verdict import not_run, peer_results
 
-_LEVELS = (Tier.QUICK, Tier.BURNIN, Tier.FULL)
+_LEVELS = (Level.QUICK, Level.BURNIN, Level.FULL)
 
 
 def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
@@ -49,10 +49,10 @@ def fabric_node(view: ClusterView, name: str) -> nccl.FabricNode:
 
 
 @dataclass
-class Options:
+class ValidationOptions:
     """Knobs of a run (CLI flags)."""
 
-    level: Tier = Tier.QUICK
+    level: Level = Level.QUICK
     gpu_burn_seconds: int = 300
     dcgm_level: int = 3
     reservation: str | None = None
@@ -68,15 +68,15 @@ PEER_CHECKS = ("burnin.gpu_burn.min_gflops", "burnin.ib_write_bw.min", "nccl.all
 
 
 @dataclass
-class Deps:
+class ValidationDeps:
     """What a run talks to; tests pass fakes."""
 
     runner: CommandRunner
     run_suite: Callable[[Path, Sequence[str], Path], SuiteRun]
     collective: (
         Callable[
-            [ClusterView, Sequence[str], Options],
-            tuple[list[CheckResult], list[Finding], int],
+            [ClusterView, Sequence[str], ValidationOptions],
+            tuple[list[CheckResult], list[FabricFinding], int],
         ]
         | None
     ) = None
@@ -93,8 +93,8 @@ class Deps:
 def run_validation(
     view: ClusterView,
     hosts: Sequence[str],
-    opts: Options,
-    deps: Deps,
+    opts: ValidationOptions,
+    deps: ValidationDeps,
     *,
     known_good: Sequence[str] = (),
 ) -> BatchSummary:
@@ -105,7 +105,7 @@ def run_validation(
     """
     started = deps.now()
     results: list[CheckResult] = []
-    findings: list[Finding] = []
+    findings: list[FabricFinding] = []
     meta: dict[str, Any] = {"hosts": hostlist.collect_hostlist(list(hosts)), "floors": {}}
     fatal = ""
 
@@ -114,14 +114,14 @@ def run_validation(
         results += not_run([host], "node.unreachable", why)
     everyone, hosts = hosts, [h for h in hosts if h not in silent]
     suite = deps.run_suite(view.path, hosts, opts.work_dir) if hosts else None
-    meta["conformance_rc"] = suite.rc if suite else None
+    meta["acceptance_rc"] = suite.rc if suite else None
     if suite is not None:
         results += [r for r in suite.results if r.node in set(hosts)]
         seen = {r.node for r in suite.results}
         if not suite.results:
-            fatal = f"conformance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
+            fatal = f"acceptance suite produced no results (rc {suite.rc}): {suite.output[-800:]}"
         missing = [h for h in hosts if h not in seen]
-        results += not_run(missing, "conformance", "no result from suite")
+        results += not_run(missing, "acceptance", "no result from suite")
 
     level = _LEVELS.index(opts.level)
     before: dict[str, burnin.CounterSample] = {}
@@ -147,7 +147,7 @@ def run_validation(
     return BatchSummary.build(
         everyone,
         results,
-        tier=opts.level,
+        level=opts.level,
         findings=tuple(findings),
         started_at=started,
         finished_at=deps.now(),
@@ -162,7 +162,7 @@ def _still_eligible(hosts: Sequence[str], results: Sequence[CheckResult]) -> lis
 
 
 def _sample_counters(
-    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps
+    view: ClusterView, nodes: Sequence[str], opts: ValidationOptions, deps: ValidationDeps
 ) -> dict[str, burnin.CounterSample]:
     """Each InfiniBand node's rail port counters now (RoCE ports are not judged by them)."""
     if str(view.topology.get("fabric", {}).get("kind") or "infiniband").lower() == "roce":
@@ -191,8 +191,8 @@ def _pmap(
 def _burnin(  # noqa: PLR0917 - the run's context, passed down unchanged
     view: ClusterView,
     nodes: Sequence[str],
-    opts: Options,
-    deps: Deps,
+    opts: ValidationOptions,
+    deps: ValidationDeps,
     meta: dict[str, Any],
     known_good: Sequence[str] = (),
 ) -> list[CheckResult]:
@@ -247,11 +247,11 @@ def _gpu_burn_floor(node_type: Mapping[str, Any]) -> float | None:
 
 
 def _ib_write_bw(
-    view: ClusterView, nodes: Sequence[str], deps: Deps, known_good: Sequence[str] = ()
+    view: ClusterView, nodes: Sequence[str], deps: ValidationDeps, known_good: Sequence[str] = ()
 ) -> list[CheckResult]:
     partners = [n for n in known_good if n not in set(nodes)]
     if not nodes or len(nodes) + len(partners) < 2:
-        return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Tier.BURNIN)
+        return not_run(nodes, "burnin.ib_write_bw", "needs two nodes", Level.BURNIN)
     rails = {n: view.rails(n) for n in [*nodes, *partners]}
     address = {n: str(view.node(n).get("mgmt_address") or n) for n in rails}
     count = min(len(r) for r in rails.values())
@@ -285,8 +285,12 @@ def _ib_write_bw(
 
 
 def _nccl(
-    view: ClusterView, nodes: Sequence[str], opts: Options, deps: Deps, meta: dict[str, Any]
-) -> tuple[list[CheckResult], list[Finding]]:
+    view: ClusterView,
+    nodes: Sequence[str],
+    opts: ValidationOptions,
+    deps: ValidationDeps,
+    meta: dict[str, Any],
+) -> tuple[list[CheckResult], list[FabricFinding]]:
     def per_node(node: str) -> list[CheckResult]:
         nt = view.node_type(node)
         gpus = int(nt.get("gpus") or 8)
@@ -308,7 +312,7 @@ def _nccl(
         "nccl.allreduce_nvlink",
         busbw,
         unit="GB/s",
-        tier=Tier.FULL,
+        level=Level.FULL,
         floor=f"the SKU floor {nvlink_floor:g} GB/s" if nvlink_floor else "",
         reference=opts.peer_reference.get("nccl.allreduce_nvlink"),
     )
@@ -324,13 +328,13 @@ def multinode_acceptance(
     view: ClusterView,
     nodes: Sequence[str],
     collective: nccl.SrunCollective,
-) -> tuple[list[CheckResult], list[Finding], int]:
+) -> tuple[list[CheckResult], list[FabricFinding], int]:
     """The topology's multi-node plan, each failing test localized; returns runs used too."""
     fabric = [fabric_node(view, n) for n in nodes]
     leaf_of = {f.hostname: f.leaf_key for f in fabric}
     nics = min(len(f.leaves) for f in fabric)
     results: list[CheckResult] = []
-    findings: list[Finding] = []
+    findings: list[FabricFinding] = []
     runs = 0
     all_rails_good: set[str] = set()  # known-good partners for all-rail tests
     for test in nccl.acceptance_plan(fabric):
@@ -359,12 +363,15 @@ def multinode_acceptance(
 
 def make_collective(
     runner: CommandRunner,
-) -> Callable[[ClusterView, Sequence[str], Options], tuple[list[CheckResult], list[Finding], int]]:
-    """The real ``Deps.collective``: srun on the first controller."""
+) -> Callable[
+    [ClusterView, Sequence[str], ValidationOptions],
+    tuple[list[CheckResult], list[FabricFinding], int],
+]:
+    """The real ``ValidationDeps.collective``: srun on the first controller."""
 
     def run(
-        view: ClusterView, nodes: Sequence[str], opts: Options
-    ) -> tuple[list[CheckResult], list[Finding], int]:
+        view: ClusterView, nodes: Sequence[str], opts: ValidationOptions
+    ) -> tuple[list[CheckResult], list[FabricFinding], int]:
         coll = nccl.SrunCollective(
             runner,
             view.controller(),
@@ -375,7 +382,7 @@ def make_collective(
         try:
             return multinode_acceptance(view, nodes, coll)
         except nccl.CollectiveUnavailable as exc:
-            return not_run(nodes, "nccl.multinode", str(exc), Tier.FULL), [], 0
+            return not_run(nodes, "nccl.multinode", str(exc), Level.FULL), [], 0
 
     return run
 
@@ -385,7 +392,7 @@ class Wiring:
     """The real collaborators of a run (the CLI's tests replace :func:`wire` with fakes)."""
 
     view: ClusterView
-    deps: Deps
+    deps: ValidationDeps
     slurm: SlurmClient | None
 
 
@@ -398,7 +405,7 @@ def wire(inventory: Path, *, need_slurm: bool = False) -> Wiring:
     view = ClusterView.load(inventory)
     meta = view.inventory.get("_meta", {}).get("hostvars", {})
     runner = SshRunner({h: SshTarget.from_hostvars(h, v) for h, v in meta.items()})
-    deps = Deps(
+    deps = ValidationDeps(
         runner=runner,
         run_suite=_suite,
         collective=make_collective(runner),

@@ -1,4 +1,4 @@
-"""The result model every validation tier produces, and the verdict rules built on it.
+"""The result model every validation level produces, and the verdict rules built on it.
 
 A :class:`CheckResult` is one fact about one node (``node`` x ``check``), with the measured value,
 the expectation and a bounded excerpt of the raw output. :func:`decide` turns a node's results into
@@ -49,7 +49,7 @@ class Verdict(enum.StrEnum):
     HOLD = "hold"
 
 
-class Tier(enum.StrEnum):
+class Level(enum.StrEnum):
     """Validation levels, each including the previous one."""
 
     QUICK = "quick"
@@ -127,7 +127,7 @@ class CheckResult:
     expected: Measured = None
     evidence: str = ""
     duration_s: float = 0.0
-    tier: Tier = Tier.QUICK
+    level: Level = Level.QUICK
     message: str = ""
     #: The catalogue action the result calls for (``reboot`` on a ``fail``, ``monitor`` on a
     #: ``warn``; docs/health.md); empty: none named (a failure then means ``quarantine``).
@@ -135,7 +135,7 @@ class CheckResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
-        object.__setattr__(self, "tier", Tier(self.tier))
+        object.__setattr__(self, "level", Level(self.level))
         object.__setattr__(self, "evidence", bound_evidence(self.evidence))
         object.__setattr__(self, "duration_s", round(float(self.duration_s), 3))
 
@@ -149,15 +149,21 @@ class CheckResult:
             "expected": self.expected,
             "evidence": self.evidence,
             "duration_s": self.duration_s,
-            "tier": self.tier.value,
+            "tier": self.level.value,
             "message": self.message,
             **({"action": self.action} if self.action else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
-        """Inverse of :meth:`to_dict`; unknown keys are rejected by the constructor."""
-        return cls(**dict(data))
+        """Inverse of :meth:`to_dict`; unknown keys are rejected by the constructor.
+
+        The JSON key ``tier`` (kept for readers of the schema) holds the :class:`Level`.
+        """
+        fields = dict(data)
+        if "tier" in fields:
+            fields["level"] = fields.pop("tier")
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,7 @@ class NodeVerdict:
 
 
 @dataclass(frozen=True)
-class Finding:
+class FabricFinding:
     """A fault that belongs to the fabric rather than to a node (e.g. a slow leaf uplink)."""
 
     kind: str
@@ -239,8 +245,8 @@ class BatchSummary:
     """A whole validation run: every node's verdict, fabric findings and run metadata."""
 
     nodes: tuple[NodeVerdict, ...]
-    tier: Tier = Tier.QUICK
-    findings: tuple[Finding, ...] = ()
+    level: Level = Level.QUICK
+    findings: tuple[FabricFinding, ...] = ()
     started_at: str = ""
     finished_at: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -306,7 +312,7 @@ class BatchSummary:
         """The stable JSON document (docs/validation.md, "JSON report")."""
         return {
             "schema_version": SCHEMA_VERSION,
-            "tier": self.tier.value,
+            "tier": self.level.value,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "exit_code": self.exit_code,

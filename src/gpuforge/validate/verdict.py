@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.result import CheckResult, Level, Status
 from gpuforge.validate.thresholds import PEER_FAIL_Z, PEER_MIN, PEER_WARN_Z, peer_scores
 
 
@@ -18,7 +18,7 @@ def peer_results(
     values: Mapping[str, float],
     *,
     unit: str,
-    tier: Tier = Tier.BURNIN,
+    level: Level = Level.BURNIN,
     reference: Mapping[str, float] | None = None,
     floor: str = "",
 ) -> list[CheckResult]:
@@ -42,7 +42,7 @@ def peer_results(
                 status=Status.SKIP,
                 measured=round(value, 2),
                 expected=f"{PEER_MIN} or more identical nodes",
-                tier=tier,
+                level=level,
                 message=why,
             )
             for node, value in values.items()
@@ -60,7 +60,7 @@ def peer_results(
                     f"z <= -{PEER_WARN_Z}, fail at z <= -{PEER_FAIL_Z} (modified z, MAD)"
                 ),
                 evidence=f"modified z={s.z:+.2f}, {s.deficit * 100:.1f}% below the median",
-                tier=tier,
+                level=level,
                 message="" if s.status is Status.PASS else "low outlier among identical peers",
             )
         )
@@ -73,9 +73,10 @@ def merge(*groups: Iterable[CheckResult]) -> list[CheckResult]:
 
 
 def not_run(
-    nodes: Sequence[str], check: str, why: str, tier: Tier = Tier.QUICK
+    nodes: Sequence[str], check: str, why: str, level: Level = Level.QUICK
 ) -> list[CheckResult]:
-    """``error`` results for nodes a tier could not reach: they hold, they are never drained."""
+    """``error`` results for nodes a level could not reach: they hold, they are never drained."""
     return [
-        CheckResult(node=n, check=check, status=Status.ERROR, message=why, tier=tier) for n in nodes
+        CheckResult(node=n, check=check, status=Status.ERROR, message=why, level=level)
+        for n in nodes
     ]

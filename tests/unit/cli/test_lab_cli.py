@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from gpuforge.cli import main
-from gpuforge.lab import cluster
+from gpuforge.lab import lifecycle
 
 
 def test_lab_down_removes_the_labs_rollout_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cluster, "down", lambda name: [f"{name}-gpu01"])
+    monkeypatch.setattr(lifecycle, "down", lambda name: [f"{name}-gpu01"])
     record = tmp_path / "lab"
     record.mkdir()
     (record / "rollout.db").write_bytes(b"SQLite format 3\0")

@@ -20,7 +20,7 @@ from gpuforge.inventory.reader import ClusterView, InventoryDir
 from gpuforge.playbook import HostStats, RunResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
 
 from ..slurm.fake import FakeSlurm
 
@@ -46,7 +46,9 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
         "nodes": [{"hostname": f"gpu0{i}", "role": "gpu"} for i in (1, 2, 3)],
     }
     view = ClusterView(InventoryDir(tmp_path / "inv"), topology, {})
-    deps = pipeline.Deps(runner=_Node(), run_suite=lambda *_: pytest.fail("no suite here"))
+    deps = pipeline.ValidationDeps(
+        runner=_Node(), run_suite=lambda *_: pytest.fail("no suite here")
+    )
     wiring = pipeline.Wiring(view, deps, SlurmClient(fake, "ctl01"))
     monkeypatch.setattr(cli.pipeline, "wire", lambda *_a, **_k: wiring)
     calls: list[tuple[str, ...]] = []
@@ -61,9 +63,9 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     def validate(*_a: object) -> rem.ValidateFn:
         def run(nodes: Sequence[str], _partners: Sequence[str]) -> BatchSummary:
             results = [
-                CheckResult(n, "burnin.dcgm_diag", Status.PASS, tier=Tier.BURNIN) for n in nodes
+                CheckResult(n, "burnin.dcgm_diag", Status.PASS, level=Level.BURNIN) for n in nodes
             ]
-            return BatchSummary.build(nodes, results, tier=Tier.BURNIN)
+            return BatchSummary.build(nodes, results, level=Level.BURNIN)
 
         return run
 

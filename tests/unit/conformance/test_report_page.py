@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gpuforge.conformance import report
-from gpuforge.conformance.run import Options, run
-from gpuforge.history.conformance import ConformanceHistory, NodeResult, Run
+from gpuforge.conformance.run import ConformanceOptions, run
+from gpuforge.history.conformance import ConformanceHistory, ConformanceRun, NodeResult
 from gpuforge.node import drift, filediff
 
 from .test_run import FLEET, World, deps_for, history, world  # noqa: F401 - fixtures
@@ -43,7 +43,7 @@ def test_a_drifted_file_shows_its_diff_and_empty_sections_say_so(
     world.records["gpu01"] = _drifted("gpu01")
     world.records["gpu04"] = _drifted("gpu04")
     changes = run(
-        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes
     paths = report.write(changes, tmp_path / "out")
     page = paths["html"].read_text()
@@ -80,8 +80,10 @@ def test_healthy_racks_sentence() -> None:
 
 def test_a_quiet_run_has_no_empty_table() -> None:
     results = {f"gpu0{i}": NodeResult(f"gpu0{i}", "pass") for i in range(1, 4)}
-    previous = Run(1, 0.0, 10.0, "quick", "complete", 3)
-    changes = report.Changes(Run(2, 100.0, 110.0, "quick", "complete", 3), previous, results)
+    previous = ConformanceRun(1, 0.0, 10.0, "quick", "complete", 3)
+    changes = report.Changes(
+        ConformanceRun(2, 100.0, 110.0, "quick", "complete", 3), previous, results
+    )
     changes.heat = report.heat_map(results, {n: report.Placement("su01", "r001") for n in results})
     page = report.render_html(changes)
     for sentence in (

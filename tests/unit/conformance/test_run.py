@@ -13,7 +13,7 @@ import pytest
 
 from gpuforge.admission import Admission
 from gpuforge.conformance import judge, plan, report
-from gpuforge.conformance.run import Deps, Fleet, Options, run
+from gpuforge.conformance.run import ConformanceDeps, ConformanceFleet, ConformanceOptions, run
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
@@ -112,8 +112,8 @@ def history(tmp_path: Path) -> ConformanceHistory:
     return ConformanceHistory(HistoryStore.open(tmp_path / "history.db"))
 
 
-def deps_for(world: World, admission: FakeAdmission | None = None) -> Deps:
-    return Deps(
+def deps_for(world: World, admission: FakeAdmission | None = None) -> ConformanceDeps:
+    return ConformanceDeps(
         states=lambda: world.states,
         submit=world.submit,
         active=world.active,
@@ -124,7 +124,7 @@ def deps_for(world: World, admission: FakeAdmission | None = None) -> Deps:
     )
 
 
-FLEET = Fleet(
+FLEET = ConformanceFleet(
     NODES,
     {
         n: report.Placement("su01", f"r00{1 + i // 2}", f"leaf{1 + i // 3}")
@@ -138,7 +138,13 @@ def test_one_sbatch_array_over_the_idle_nodes_and_each_node_judged(
     tmp_path: Path, world: World, history: ConformanceHistory
 ) -> None:
     adm = FakeAdmission()
-    out = run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "lock")
+    out = run(
+        FLEET,
+        history,
+        ConformanceOptions(poll_s=0),
+        deps_for(world, adm),
+        lock_path=tmp_path / "lock",
+    )
     assert len(world.submitted) == 1
     argv = world.submitted[0]
     assert "--array=0-3" in argv  # gpu01, gpu03, gpu04, gpu06: the idle ones
@@ -170,14 +176,14 @@ def test_one_sbatch_array_over_the_idle_nodes_and_each_node_judged(
 def test_the_second_run_reports_what_was_fixed(
     tmp_path: Path, world: World, history: ConformanceHistory
 ) -> None:
-    run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+    run(FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
     world.records["gpu01"] = node_record("gpu01")
     world.records["gpu03"] = node_record("gpu03")
     sysctl = drift.DriftItem("sysctl", "net.core.rmem_max", "268435456", "212992")
     world.records["gpu04"] = node_record("gpu04", [sysctl])
     world.polls = 0
     changes = run(
-        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock"
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "lock"
     ).changes
     assert changes.cleared == ["gpu01", "gpu03"]
     assert changes.drift_fixed == {"gpu01": [("package", "libnccl2", "2.21.5-1", "2.25.1-1")]}
@@ -192,7 +198,7 @@ def test_repeat_offenders_are_nodes_failing_twice_in_seven_days(
     for _ in range(2):
         world.polls = 0
         changes = run(
-            FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+            FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
         ).changes
     assert changes.repeat_offenders == {"gpu01": 2}
     assert changes.still_failing == ["gpu01"]
@@ -205,7 +211,7 @@ def test_firmware_odd_one_out_of_the_node_type_is_drift(
     world.records = {n: node_record(n) for n in NODES}
     world.records["gpu05"] = node_record("gpu05", vbios="95.00.11")
     res = run(
-        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes.results
     assert res["gpu05"].outcome == "fail"
     assert res["gpu05"].drift == (("firmware", "vbios", "96.00.89", "95.00.11"),)
@@ -238,9 +244,9 @@ def test_slurms_view_of_a_node_is_compared_with_the_generated_nodes_conf(
     world.states["gpu02"] = shown("gpu02", "su01,r001,nvme", "1")  # scontrol update by hand
     world.states["gpu05"] = shown("gpu05", "su01,r002", "1", gres="gpu:h100:7")
     world.records = {n: node_record(n) for n in NODES}
-    fleet = Fleet(FLEET.nodes, FLEET.placement, FLEET.node_types, desired)
+    fleet = ConformanceFleet(FLEET.nodes, FLEET.placement, FLEET.node_types, desired)
     res = run(
-        fleet, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+        fleet, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes.results
     assert res["gpu02"].drift == (("slurm", "Features", "su01,r001", "su01,r001,nvme"),)
     assert res["gpu05"].drift == (
@@ -262,7 +268,13 @@ def test_an_overlapping_run_refuses_clearly(
         cluster_lock(tmp_path / "lock", "gpuforge conformance run"),
         pytest.raises(LockHeld, match="another gpuforge run holds the lock"),
     ):
-        run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+        run(
+            FLEET,
+            history,
+            ConformanceOptions(poll_s=0),
+            deps_for(world),
+            lock_path=tmp_path / "lock",
+        )
     assert history.runs() == []
 
 
@@ -273,7 +285,9 @@ def test_a_killed_run_is_reported_partial_by_the_next(
     history.add(killed.id, [NodeResult("gpu02", "not_checked", "busy (ALLOCATED)")])
     world.polls = 5  # its job is gone from Slurm
     world.records = {"gpu01": node_record("gpu01")}
-    out = run(FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "lock")
+    out = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "lock"
+    )
     old = history.run(killed.id)
     assert old is not None and old.state == "partial"
     kept = history.results(killed.id)
@@ -291,7 +305,7 @@ def test_a_run_whose_job_outlives_the_window_stays_open(
         run(
             FLEET,
             history,
-            Options(poll_s=0, window_minutes=1),
+            ConformanceOptions(poll_s=0, window_minutes=1),
             deps_for(world),
             lock_path=tmp_path / "l",
         )
@@ -300,7 +314,7 @@ def test_a_run_whose_job_outlives_the_window_stays_open(
 
 def test_unknown_level_is_bad_input() -> None:
     with pytest.raises(InputError, match="--level: 'full' is not one of passive, quick, burnin"):
-        Options(level="full")
+        ConformanceOptions(level="full")
 
 
 def test_a_corrupt_history_database_is_refused_untouched(tmp_path: Path) -> None:
@@ -321,7 +335,13 @@ def test_without_slurm_the_node_checker_runs_over_ssh(
         asked.append((list(nodes), level))
         return {n: json.dumps(node_record(n)) for n in nodes if n != "gpu06"}
 
-    out = run(FLEET, history, Options(level="passive"), Deps(ssh=ssh), lock_path=tmp_path / "l")
+    out = run(
+        FLEET,
+        history,
+        ConformanceOptions(level="passive"),
+        ConformanceDeps(ssh=ssh),
+        lock_path=tmp_path / "l",
+    )
     assert asked == [(NODES, "passive")]
     assert out.changes.results["gpu06"].outcome == "not_checked"
     assert out.changes.exit_code == 0
@@ -331,7 +351,7 @@ def test_reports_are_written_and_readable(
     tmp_path: Path, world: World, history: ConformanceHistory
 ) -> None:
     changes = run(
-        FLEET, history, Options(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes
     paths = report.write(changes, tmp_path / "out", textfile=tmp_path / "prom" / "c.prom")
     data = json.loads(paths["json"].read_text())
@@ -361,7 +381,9 @@ def test_a_node_conformance_drained_is_rechecked_in_a_window_and_comes_back(
     )
     world.records["gpu05"] = node_record("gpu05")  # fixed since
     adm = FakeAdmission()
-    out = run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l")
+    out = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l"
+    )
     assert len(world.submitted) == 2  # a fixed number of calls, whatever the node count
     assert "--reservation=gpuforge_conformance" in world.submitted[1]
     assert "--array=0-0" in world.submitted[1]
@@ -378,7 +400,9 @@ def test_an_operators_drain_is_never_rechecked(
     tmp_path: Path, world: World, history: ConformanceHistory
 ) -> None:
     adm = FakeAdmission()
-    run(FLEET, history, Options(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l")
+    run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world, adm), lock_path=tmp_path / "l"
+    )
     assert not any(c.startswith("open") for c in adm.calls)
     assert len(world.submitted) == 1
 
@@ -395,7 +419,9 @@ def test_burnin_runs_the_pipeline_only_on_nodes_that_passed_and_records_its_fail
 
     deps = deps_for(world)
     deps.active_tests = active
-    out = run(FLEET, history, Options(level="burnin", poll_s=0), deps, lock_path=tmp_path / "l")
+    out = run(
+        FLEET, history, ConformanceOptions(level="burnin", poll_s=0), deps, lock_path=tmp_path / "l"
+    )
     assert asked == [["gpu04"]]  # gpu01 failed, gpu03 errored, the rest were not checked
     assert "--time=25" in world.submitted[0]
     assert out.changes.results["gpu04"].outcome == "fail"

@@ -13,7 +13,7 @@ from gpuforge.conformance import wiring
 from gpuforge.errors import OperationError
 from gpuforge.inventory.reader import ClusterView, InventoryDir
 from gpuforge.slurm.control import SlurmClient
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
 from tests.unit.slurm.fake import FakeSlurm
 
 
@@ -59,10 +59,12 @@ def test_burnin_runs_in_a_window_admits_nothing_and_returns_the_failures(
     def validate(nodes: Sequence[str], reservation: str) -> BatchSummary:
         seen.append((list(nodes), reservation, dict(fake.reservations)))
         results = [
-            CheckResult("gpu01", "fabric.ib_bw[0]", Status.PASS, tier=Tier.FULL),
-            CheckResult("gpu02", "fabric.ib_bw[0]", Status.FAIL, tier=Tier.FULL, action="inspect"),
+            CheckResult("gpu01", "fabric.ib_bw[0]", Status.PASS, level=Level.FULL),
+            CheckResult(
+                "gpu02", "fabric.ib_bw[0]", Status.FAIL, level=Level.FULL, action="inspect"
+            ),
         ]
-        return BatchSummary.build(nodes, results, tier=Tier.FULL)
+        return BatchSummary.build(nodes, results, level=Level.FULL)
 
     out = wiring.burnin_tests(adm, validate)(["gpu01", "gpu02"])
     ((nodes, reservation, reservations),) = seen

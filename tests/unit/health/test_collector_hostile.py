@@ -502,7 +502,7 @@ def test_the_nodes_spool_drains_past_records_the_collector_will_never_take(
 
     url, _, collector = served
     cfg = node_config.HealthConfig(
-        node="gpu01", collector=node_config.Collector(url, 5.0), state_dir=tmp_path / "state"
+        node="gpu01", collector=node_config.CollectorConfig(url, 5.0), state_dir=tmp_path / "state"
     )
     spool = output.spool_dir(cfg)
     spool.mkdir(parents=True)

@@ -13,7 +13,7 @@ from gpuforge.health import remediate as rem
 from gpuforge.history import HistoryStore
 from gpuforge.rollout.lock import cluster_lock, holder
 from gpuforge.slurm.control import SlurmClient, parse_scontrol_nodes
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
 
 from ..history.records import T0
 from ..slurm.fake import FakeSlurm, Killed
@@ -59,11 +59,11 @@ class Validator:
         if self.slurm is not None:
             self.seen_reservations.append(dict(self.slurm.reservations))
         results = [
-            CheckResult(n, check, self.status.get(n, Status.PASS), tier=Tier.BURNIN)
+            CheckResult(n, check, self.status.get(n, Status.PASS), level=Level.BURNIN)
             for n in nodes
             for check in ("burnin.dcgm_diag", "burnin.gpu_burn.min_gflops")
         ]
-        return BatchSummary.build(nodes, results, tier=Tier.BURNIN)
+        return BatchSummary.build(nodes, results, level=Level.BURNIN)
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Rig:
             clock=self.clock,
         )
 
-    def run(self, nodes: Sequence[str] | None = None) -> dict[str, rem.Outcome]:
+    def run(self, nodes: Sequence[str] | None = None) -> dict[str, rem.RemediationOutcome]:
         candidates, skipped = rem.candidates_now(self.admission, nodes)
         outcomes = self.remediator().run(candidates)
         return {o.node: o for o in [*outcomes, *skipped]}
@@ -388,4 +388,7 @@ def test_a_dry_run_plans_without_the_lock(rig: Rig) -> None:
     ],
 )
 def test_exit_code_failures_first_then_inconclusive(results: tuple[str, ...], code: int) -> None:
-    assert rem.exit_code([rem.Outcome(f"gpu0{i}", r, "") for i, r in enumerate(results)]) == code
+    assert (
+        rem.exit_code([rem.RemediationOutcome(f"gpu0{i}", r, "") for i, r in enumerate(results)])
+        == code
+    )

@@ -18,7 +18,7 @@ from gpuforge.history import HistoryStore
 from gpuforge.redact import REDACTED, scrub_text
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.report import write_reports
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
 
 from ..history.records import T0, record
 from ..slurm.fake import FakeSlurm
@@ -105,14 +105,14 @@ def history(tmp_path: Path) -> HistoryStore:
 def _reports(tmp_path: Path) -> Path:
     results = [
         CheckResult(
-            "gpu01", "burnin.dcgm_diag", Status.FAIL, evidence=f"diag\n{KEY}\n", tier="burnin"
+            "gpu01", "burnin.dcgm_diag", Status.FAIL, evidence=f"diag\n{KEY}\n", level="burnin"
         ),
         CheckResult("gpu01", "burnin.gpu_burn.min_gflops", Status.PASS, measured=51000.0),
-        CheckResult("gpu01", "nccl.allreduce_nvlink", Status.PASS, measured=480.0, tier="full"),
-        CheckResult("gpu02", "nccl.allreduce_nvlink", Status.PASS, measured=481.0, tier="full"),
+        CheckResult("gpu01", "nccl.allreduce_nvlink", Status.PASS, measured=480.0, level="full"),
+        CheckResult("gpu02", "nccl.allreduce_nvlink", Status.PASS, measured=481.0, level="full"),
     ]
     out = tmp_path / "reports" / "lab" / "phase_01" / "validation"
-    write_reports(BatchSummary.build(["gpu01", "gpu02"], results, tier=Tier.FULL), out)
+    write_reports(BatchSummary.build(["gpu01", "gpu02"], results, level=Level.FULL), out)
     return tmp_path / "reports" / "lab"
 
 

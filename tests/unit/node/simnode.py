@@ -22,7 +22,7 @@ import yaml
 from gpuforge_sim.faults import node_state, validate_fault_doc
 
 from gpuforge.node import config as cfg
-from gpuforge.node.engine import Outcome, run_tier
+from gpuforge.node.engine import RunOutcome, run_tier
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM = ROOT / "lab" / "sim"
@@ -207,5 +207,5 @@ class SimNode:
         )
         return env
 
-    def run(self, tier: str = "passive", **kw: Any) -> Outcome:
+    def run(self, tier: str = "passive", **kw: Any) -> RunOutcome:
         return run_tier(self.config(), tier, env=self.env(), proc_root=self.proc, **kw)

@@ -15,7 +15,7 @@ def test_sample_loads_with_its_values(sample_yaml: str, tmp_path: Path) -> None:
     path.write_text(sample_yaml)
     c = config.load(path)
     assert c.node == "gpu01"
-    assert c.collector == config.Collector("http://10.231.0.1:9477", 2.0)
+    assert c.collector == config.CollectorConfig("http://10.231.0.1:9477", 2.0)
     assert c.expect.gpus == 8
     assert c.expect.pcie_gen == 5
     assert c.expect.pcie_width == 16

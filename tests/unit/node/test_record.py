@@ -28,7 +28,7 @@ def _record() -> rec.Record:
         checks=checks,
         config_digest="sha256:00",
         counters={"ib/mlx5_0/1/symbol_error": 0},
-        events=(rec.Event("xid", "2026-11-30T19:19:00Z", 3, 79, "fallen off the bus"),),
+        events=(rec.NodeEvent("xid", "2026-11-30T19:19:00Z", 3, 79, "fallen off the bus"),),
         request=rec.Request("drain", "gpu.xid", "reboot", 0),
     )
 

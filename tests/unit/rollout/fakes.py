@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuforge.playbook import run_playbook
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.state import ResultRow
 from gpuforge.slurm.control import NodeAction
 from gpuforge.validate.result import NodeVerdict, Verdict
@@ -33,7 +33,7 @@ class FakeSteps:
         time.sleep(self.delay_s)
         return {h: "install driver: no such version" for h in hosts if h in self.broken_provision}
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         self.calls.append(("validate", tuple(hosts)))
         time.sleep(self.delay_s)
         verdicts = {
@@ -54,7 +54,7 @@ class FakeSteps:
             )
             for h in hosts
         )
-        return Validation(verdicts, results)
+        return ValidationOutcome(verdicts, results)
 
     def admit(self, verdicts: list[NodeVerdict]) -> list[NodeAction]:
         admitted = [v.node for v in verdicts if v.verdict is Verdict.ADMIT]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.admission import JOIN_REASON, Admission, AdmissionRecord
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.steps import AnsibleSteps
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate.result import NodeVerdict, Verdict
@@ -24,11 +24,11 @@ def fake() -> FakeSlurm:
 
 
 def steps(fake: FakeSlurm, tmp_path: Path, seen: dict[str, object]) -> AnsibleSteps:
-    def validate_fn(hosts: list[str], level: str, partners: list[str]) -> Validation:
+    def validate_fn(hosts: list[str], level: str, partners: list[str]) -> ValidationOutcome:
         seen["partners"] = partners
         seen["reservations"] = dict(fake.reservations)
         seen["states"] = {h: fake.nodes[h][0] for h in hosts}
-        return Validation({})
+        return ValidationOutcome({})
 
     return AnsibleSteps(
         inventory=tmp_path,
@@ -70,7 +70,7 @@ def test_batch_is_validated_in_a_window_with_idle_admitted_partners(
 def test_a_failing_validation_closes_the_window(fake: FakeSlurm, tmp_path: Path) -> None:
     s = steps(fake, tmp_path, {})
 
-    def boom(hosts: list[str], level: str, partners: list[str]) -> Validation:
+    def boom(hosts: list[str], level: str, partners: list[str]) -> ValidationOutcome:
         raise RuntimeError("validators crashed")
 
     s.validate_fn = boom

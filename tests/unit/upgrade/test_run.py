@@ -10,7 +10,7 @@ import pytest
 
 from gpuforge.admission import REASON_MAX, is_ours, parse_reason
 from gpuforge.errors import InputError, Interrupted
-from gpuforge.rollout.deploy import Validation
+from gpuforge.rollout.deploy import ValidationOutcome
 from gpuforge.rollout.lock import LockHeld, cluster_lock
 from gpuforge.rollout.state import NodeState, StateStore, open_store
 from gpuforge.slurm.control import NodeAction, SlurmNode
@@ -102,9 +102,9 @@ class FakeNodes:
         self.upgraded.update(h for h in hosts if h not in self.fail_apply)
         return {h: "apt failed" for h in hosts if h in self.fail_apply}
 
-    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> Validation:
+    def validate(self, hosts: list[str], level: str, admitted: list[str]) -> ValidationOutcome:
         self.calls.append(("validate", tuple(hosts)))
-        return Validation(
+        return ValidationOutcome(
             {
                 h: NodeVerdict(h, Verdict.QUARANTINE, ("software.versions",))
                 if h in self.fail_validate

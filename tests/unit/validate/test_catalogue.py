@@ -98,7 +98,7 @@ def test_one_action_per_check_whatever_the_instance(name: str, action: str) -> N
 
 def test_the_node_and_the_acceptance_suite_give_a_failure_the_same_action() -> None:
     """The node's judged() and the suite's Recorder both call catalogue.result_action."""
-    failing = checks.Outcome(False, 7, 8, "GPU missing or extra")
+    failing = checks.JudgeOutcome(False, 7, 8, "GPU missing or extra")
     node = probes.judged("gpu.count", failing, "")
     suite = catalogue.result_action("gpu.count", ok=False, warn=False, named=failing.action)
     assert (node.status, node.action) == ("fail", suite) == ("fail", "reboot")

@@ -1,4 +1,4 @@
-"""Pure conformance judgements on real tool output."""
+"""Pure check judgements on real tool output."""
 
 from __future__ import annotations
 

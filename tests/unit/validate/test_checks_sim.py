@@ -1,4 +1,4 @@
-"""The conformance checks against the lab simulator's output for every GPU fault class.
+"""The node checks against the lab simulator's output for every GPU fault class.
 
 The simulator (lab/sim) prints the real tools' formats from a fault file; this runs the tools as
 each node of lab/sim/examples with faults-all.yaml and asserts that the checks flag exactly the

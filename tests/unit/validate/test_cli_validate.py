@@ -18,8 +18,8 @@ from gpuforge.cli import main
 from gpuforge.command import CommandResult
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import nccl, pipeline
-from gpuforge.validate.conformance import SuiteRun
-from gpuforge.validate.result import BatchSummary, CheckResult, Finding, Status, Tier
+from gpuforge.validate.acceptance import SuiteRun
+from gpuforge.validate.result import BatchSummary, CheckResult, FabricFinding, Level, Status
 
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
 H100_NT = {"name": "h100-sxm", "gpu_model": "H100-SXM-80GB", "gpus": 8, "nvswitch": True}
@@ -110,7 +110,7 @@ def wiring(
     fake.on("*", "all_reduce_perf", NCCL_OK)
     fake.on_call("*", "/sys/class/infiniband/", counter_reply(counter_growth))
 
-    def collective(v: pipeline.ClusterView, nodes: Sequence[str], opts: pipeline.Options):
+    def collective(v: pipeline.ClusterView, nodes: Sequence[str], opts: pipeline.ValidationOptions):
         def run(group: tuple[str, ...]) -> float:
             return 100.0 if set(group) & set(slow_nccl) else 380.0
 
@@ -119,7 +119,7 @@ def wiring(
         res = nccl.localization_results(loc, check="nccl.multinode.batch", floor_gbs=320.0)
         return res, list(loc.findings), loc.run_count
 
-    deps = pipeline.Deps(
+    deps = pipeline.ValidationDeps(
         runner=fake,
         run_suite=suite_with(failing or {}, unreachable),
         collective=collective,
@@ -305,8 +305,8 @@ def test_findings_make_exit_1(tmp_path: Path) -> None:
     s = BatchSummary.build(
         ["a"],
         [CheckResult("a", "x", Status.PASS)],
-        tier=Tier.FULL,
-        findings=(Finding("leaf-uplink", "leaf1", "slow"),),
+        level=Level.FULL,
+        findings=(FabricFinding("leaf-uplink", "leaf1", "slow"),),
     )
     assert s.exit_code == 1
 

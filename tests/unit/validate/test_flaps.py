@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from gpuforge.validate import flaps
-from gpuforge.validate.checks import Outcome
+from gpuforge.validate.checks import JudgeOutcome
 from gpuforge.validate.parsers import link_events
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -26,7 +26,7 @@ def judge(
     *,
     link_downed: int | None = None,
     boot: datetime = NOW - timedelta(days=3),
-) -> Outcome:
+) -> JudgeOutcome:
     found = flaps.count(events, "ib0", now=NOW, boot=boot, link_downed=link_downed)
     return flaps.judge(found)
 

@@ -8,14 +8,16 @@ from conftest import FakeRunner
 from test_cli_validate import wiring
 
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import Status, Tier
+from gpuforge.validate.result import Level, Status
 
 
 def test_a_single_node_is_paired_with_a_known_good_partner(
     tmp_path: Path, fake: FakeRunner
 ) -> None:
     w, _ = wiring(tmp_path, fake=fake)
-    opts = pipeline.Options(level=Tier.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out")
+    opts = pipeline.ValidationOptions(
+        level=Level.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out"
+    )
     alone = pipeline.run_validation(w.view, ["gpu01"], opts, w.deps)
     (result,) = [r for r in alone.results if r.check == "burnin.ib_write_bw"]
     assert result.status is Status.ERROR  # nobody to pair with: inconclusive, held

@@ -8,7 +8,7 @@ from conftest import FakeRunner
 from test_cli_validate import wiring
 
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import Status, Tier
+from gpuforge.validate.result import Level, Status
 
 
 def _peer(summary: pipeline.BatchSummary, node: str) -> pipeline.CheckResult:
@@ -25,7 +25,9 @@ def test_four_nodes_say_no_peer_comparison_then_borrow_admitted_peers(
 ) -> None:
     w, _ = wiring(tmp_path, fake=fake)
     batch = ["gpu01", "gpu02", "gpu04", "gpu05"]
-    opts = pipeline.Options(level=Tier.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out")
+    opts = pipeline.ValidationOptions(
+        level=Level.BURNIN, gpu_burn_seconds=5, work_dir=tmp_path / "out"
+    )
     alone = pipeline.run_validation(w.view, batch, opts, w.deps)
     r = _peer(alone, "gpu01")
     assert r.status is Status.SKIP

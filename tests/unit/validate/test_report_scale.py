@@ -6,7 +6,7 @@ import re
 import time
 
 from gpuforge.validate.report import CHART_MAX_BARS, to_html
-from gpuforge.validate.result import BatchSummary, CheckResult, Status, Tier, Verdict
+from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status, Verdict
 
 NODES = [f"gpu{i:04d}" for i in range(1, 1001)]
 FAILED = {"gpu0137", "gpu0512", "gpu0999"}
@@ -17,7 +17,7 @@ SYSCTL_WARNING = "/proc/sys is read-only on this host; /etc/sysctl.d sets them f
 
 def _results(node: str, i: int) -> list[CheckResult]:
     out = [
-        CheckResult(node, check, Status.PASS, measured=1, expected=1, tier=Tier.QUICK)
+        CheckResult(node, check, Status.PASS, measured=1, expected=1, level=Level.QUICK)
         for check in ("gpu.count", "gpu.ecc_enabled", "software.driver", "fabric.nccl_conf")
     ]
     out += [

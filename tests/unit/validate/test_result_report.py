@@ -13,7 +13,7 @@ from gpuforge.validate.result import (
     SCHEMA_VERSION,
     BatchSummary,
     CheckResult,
-    Finding,
+    FabricFinding,
     Status,
     Verdict,
     bound_evidence,
@@ -64,7 +64,7 @@ def test_exit_codes() -> None:
     assert held.exit_code == 2
     assert held.by_verdict(Verdict.HOLD)[0].node == "b"
     fabric = BatchSummary.build(
-        ["a"], [r("a", "x", "pass")], findings=(Finding("leaf-uplink", "leaf1", "slow"),)
+        ["a"], [r("a", "x", "pass")], findings=(FabricFinding("leaf-uplink", "leaf1", "slow"),)
     )
     assert fabric.exit_code == 1
     assert BatchSummary.build(["a"], [r("a", "x", "pass")], fatal="no inventory").exit_code == 2
@@ -82,7 +82,7 @@ def sample() -> BatchSummary:
     return BatchSummary.build(
         ["gpu001", "gpu002", "gpu003"],
         results,
-        findings=(Finding("leaf-uplink", "leaf02", "slow uplink", "r1: 190 GB/s"),),
+        findings=(FabricFinding("leaf-uplink", "leaf02", "slow uplink", "r1: 190 GB/s"),),
         meta={
             "floors": {"nccl.allreduce_nvlink": 408.0},
             "placement": {

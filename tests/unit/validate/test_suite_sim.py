@@ -1,4 +1,4 @@
-"""The conformance suite itself (validators/) on a simulated node: testinfra's local backend with
+"""The acceptance suite itself (validators/) on a simulated node: testinfra's local backend with
 the lab simulator's nvidia-smi first on PATH, for the GPU facts issue 22 added."""
 
 from __future__ import annotations

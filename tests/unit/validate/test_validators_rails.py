@@ -1,4 +1,4 @@
-"""The conformance suite's per-rail checks run over the rails the inventory gives each node type."""
+"""The acceptance suite's per-rail checks run over the rails the inventory gives each node type."""
 
 from __future__ import annotations
 

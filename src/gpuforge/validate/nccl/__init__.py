@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-from gpuforge.validate.nccl.fabric import FabricMap, merge_findings
+from gpuforge.validate.nccl.findings import FabricMap, merge_findings
 from gpuforge.validate.nccl.localize import (
+    CollectiveRun,
     Group,
     Localization,
     Localizer,
-    Run,
     RunCollective,
     localization_results,
     run_bound,
@@ -28,6 +28,7 @@ from gpuforge.validate.nccl.srun import (
 )
 
 __all__ = [
+    "CollectiveRun",
     "CollectiveUnavailable",
     "FabricMap",
     "FabricNode",
@@ -35,7 +36,6 @@ __all__ = [
     "Localization",
     "Localizer",
     "PlannedTest",
-    "Run",
     "RunCollective",
     "SrunCollective",
     "acceptance_plan",

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 
 import hostlist
 
-from gpuforge.validate.result import CheckResult, Finding, Status, Tier
+from gpuforge.validate.result import CheckResult, FabricFinding, Level, Status
 
 Group = tuple[str, ...]
 RunCollective = Callable[[Group], float]
 
 
 @dataclass(frozen=True)
-class Run:
+class CollectiveRun:
     """One collective run of the localization."""
 
     label: str
@@ -49,8 +49,8 @@ class Localization:
     """What the group testing concluded."""
 
     culprits: tuple[str, ...]
-    findings: tuple[Finding, ...]
-    runs: tuple[Run, ...]
+    findings: tuple[FabricFinding, ...]
+    runs: tuple[CollectiveRun, ...]
     cleared: tuple[str, ...]
     unresolved: tuple[str, ...] = ()
 
@@ -79,7 +79,7 @@ class Localizer:
     floor: float | Callable[[Group], float]
     leaf_of: Mapping[str, str] = field(default_factory=dict)
     max_parallel: int = 16
-    runs: list[Run] = field(default_factory=list)
+    runs: list[CollectiveRun] = field(default_factory=list)
     good: set[str] = field(default_factory=set)
     rail: int | None = None
     _round: int = 0
@@ -93,7 +93,7 @@ class Localizer:
         """The passing busbw for ``group``."""
         return self.floor(group) if callable(self.floor) else float(self.floor)
 
-    def test_round(self, groups: Sequence[Group], what: str = "test") -> list[Run]:
+    def test_round(self, groups: Sequence[Group], what: str = "test") -> list[CollectiveRun]:
         """Run every group of a round in parallel (the groups must be disjoint)."""
         self._round += 1
         label = f"r{self._round}:{what}"
@@ -106,7 +106,8 @@ class Localizer:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             values = list(pool.map(self.run, groups))
         done = [
-            Run(label, g, float(v), self.floor_for(g)) for g, v in zip(groups, values, strict=True)
+            CollectiveRun(label, g, float(v), self.floor_for(g))
+            for g, v in zip(groups, values, strict=True)
         ]
         with self._lock:
             self.runs.extend(done)
@@ -158,7 +159,7 @@ class Localizer:
         if first.passed:
             return Localization((), (), tuple(self.runs), group)
         culprits: list[str] = []
-        findings: list[Finding] = []
+        findings: list[FabricFinding] = []
         unresolved: list[str] = []
         failing: list[Group] = [group]
         pending: list[tuple[Group, str]] = []  # (parent, single suspect) awaiting a partner
@@ -188,7 +189,7 @@ class Localizer:
                     findings.extend(self._between(parent))
         if not (culprits or findings or unresolved):
             findings.append(
-                Finding(
+                FabricFinding(
                     "nccl-unresolved",
                     hostlist.collect_hostlist(list(group)),
                     "the group underperformed but no subgroup did (noise or a scale effect)",
@@ -233,14 +234,14 @@ class Localizer:
             busy |= {s, p}
         return plan, deferred
 
-    def _between(self, parent: Group) -> list[Finding]:
+    def _between(self, parent: Group) -> list[FabricFinding]:
         """``parent`` failed but both halves passed: blame the path between them."""
         a, b = self.split(parent)
         leaves_a = sorted({self.leaf(n) for n in a})
         leaves_b = sorted({self.leaf(n) for n in b})
         if leaves_a == leaves_b:
             return [
-                Finding(
+                FabricFinding(
                     "nccl-unresolved",
                     hostlist.collect_hostlist(list(parent)),
                     "group underperforms although both halves pass (scale effect or noise); "
@@ -276,7 +277,7 @@ class Localizer:
         )
         if blamed:
             return [
-                Finding(
+                FabricFinding(
                     "leaf-uplink",
                     leaf,
                     f"cross-leaf collectives{self._on_rail()} through leaf group {leaf} "
@@ -287,7 +288,7 @@ class Localizer:
                 for leaf in blamed
             ]
         return [
-            Finding(
+            FabricFinding(
                 "leaf-path",
                 f"{'+'.join(leaves_a)} <-> {'+'.join(leaves_b)}",
                 f"collectives{self._on_rail()} between these leaf groups underperform while each "
@@ -307,7 +308,7 @@ def run_bound(culprits: int, nodes: int) -> int:
 
 
 def localization_results(
-    loc: Localization, *, check: str, tier: Tier = Tier.FULL, floor_gbs: float
+    loc: Localization, *, check: str, level: Level = Level.FULL, floor_gbs: float
 ) -> list[CheckResult]:
     """Per-node results of one localization: culprits fail, unresolved hold, the rest pass."""
     out: list[CheckResult] = []
@@ -330,7 +331,7 @@ def localization_results(
                 measured=round(last.busbw_gbs, 2) if last else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
                 message="localized: underperforms when paired with a known-good node",
             )
         )
@@ -342,7 +343,7 @@ def localization_results(
                 status=Status.ERROR,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
                 message="in a failing group but no known-good partner was available",
             )
         )
@@ -358,7 +359,7 @@ def localization_results(
                 measured=round(best.busbw_gbs, 2) if best else None,
                 expected=f">= {floor_gbs:.1f} GB/s",
                 evidence=evidence(node),
-                tier=tier,
+                level=level,
             )
         )
     return out

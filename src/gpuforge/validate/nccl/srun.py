@@ -18,7 +18,7 @@ from gpuforge.errors import OperationError
 from gpuforge.validate.nccl.localize import Group, RunCollective
 from gpuforge.validate.parsers.nccl_tests import NcclTestsResult
 from gpuforge.validate.parsers.nccl_tests import parse as parse_nccl
-from gpuforge.validate.result import CheckResult, Status, Tier
+from gpuforge.validate.result import CheckResult, Level, Status
 
 
 class CollectiveUnavailable(OperationError):  # noqa: N818 - a state, not a bug
@@ -41,7 +41,7 @@ def judge_single_node(node: str, cmd: CommandResult, floor_gbs: float, *, gpus: 
     """The 8-GPU all_reduce check of one node from its nccl-tests output."""
     check = "nccl.allreduce_nvlink"
     expected = f">= {floor_gbs:.1f} GB/s busbw on {gpus} GPUs, 0 wrong"
-    base: dict[str, Any] = {"node": node, "check": check, "expected": expected, "tier": Tier.FULL}
+    base: dict[str, Any] = {"node": node, "check": check, "expected": expected, "level": Level.FULL}
     ev = cmd.evidence()
     if cmd.timed_out:
         return CheckResult(

@@ -11,7 +11,7 @@ import pytest
 
 from gpuforge.resources import project_path
 from gpuforge.topology import SpecError, load_spec
-from gpuforge.topology.rules import spec_rules
+from gpuforge.topology.spec_rules import spec_rules
 
 Data = dict[str, Any]
 

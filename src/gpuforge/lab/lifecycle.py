@@ -177,7 +177,7 @@ def known_labs() -> list[str]:
 
 
 @dataclass(frozen=True)
-class NodeStatus:
+class LabNodeStatus:
     """One row of ``lab status``."""
 
     name: str
@@ -188,14 +188,14 @@ class NodeStatus:
     uptime_s: int
 
 
-def status(name: str) -> list[NodeStatus]:
+def status(name: str) -> list[LabNodeStatus]:
     """The containers of lab ``name`` with their role, address, state and uptime."""
     now = int(time.time())
     rows = []
     for info in podman.containers(f"{podman.LAB_LABEL}={name}"):
         running = info.state == "running"
         rows.append(
-            NodeStatus(
+            LabNodeStatus(
                 name=info.name,
                 hostname=info.labels.get(f"{podman.LAB_LABEL}.hostname", ""),
                 role=info.labels.get(f"{podman.LAB_LABEL}.role", ""),

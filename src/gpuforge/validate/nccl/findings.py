@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuforge.validate.nccl.plan import FabricNode
-from gpuforge.validate.result import Finding
+from gpuforge.validate.result import FabricFinding
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,12 @@ def _rows(topology: Mapping[str, Any], key: str) -> Iterable[Sequence[Any]]:
     return [r for r in rows if isinstance(r, list | tuple)]
 
 
-def merge_findings(findings: Iterable[Finding], fabric: FabricMap) -> list[Finding]:
+def merge_findings(findings: Iterable[FabricFinding], fabric: FabricMap) -> list[FabricFinding]:
     """One batch's findings, deduplicated and named by switch or rail (see the module doc)."""
     unique = list({(f.kind, f.subject): f for f in findings}.values())
-    out: list[Finding] = []
-    one_rail: dict[int, list[Finding]] = {}
-    paths: list[tuple[int, Finding]] = []
+    out: list[FabricFinding] = []
+    one_rail: dict[int, list[FabricFinding]] = {}
+    paths: list[tuple[int, FabricFinding]] = []
     for f in unique:
         rail = fabric.rail_of_leaf.get(f.subject)
         if f.kind == "leaf-uplink" and rail is not None:
@@ -102,13 +102,13 @@ def merge_findings(findings: Iterable[Finding], fabric: FabricMap) -> list[Findi
         for f in blamed:
             ups = fabric.describe_uplinks(f.subject)
             detail = f"{f.detail}; its {ups}" if ups else f.detail
-            out.append(Finding(f.kind, f.subject, detail, f.evidence))
+            out.append(FabricFinding(f.kind, f.subject, detail, f.evidence))
     for rail, f in paths:
         a, b = f.subject.split(" <-> ")
         named |= {a, b}
         spines = ", ".join(fabric.spines.get(rail, ())) or "the rail's spines"
         out.append(
-            Finding(
+            FabricFinding(
                 "rail-link",
                 f"rail {rail}: {f.subject}",
                 f"collectives on rail {rail} between {a} and {b} underperform while each leaf "
@@ -129,10 +129,10 @@ def _path_rail(subject: str, fabric: FabricMap) -> int | None:
     return rails.pop()
 
 
-def _rail_finding(rail: int, fabric: FabricMap, blamed: Sequence[Finding]) -> Finding:
+def _rail_finding(rail: int, fabric: FabricMap, blamed: Sequence[FabricFinding]) -> FabricFinding:
     spines = ", ".join(fabric.spines.get(rail, ())) or "the rail's spines"
     leaves = ", ".join(fabric.leaves(rail))
-    return Finding(
+    return FabricFinding(
         "rail-link",
         f"rail {rail}",
         f"every leaf of rail {rail} ({leaves}) is slow across leaves and fine within: the rail's "
@@ -141,7 +141,7 @@ def _rail_finding(rail: int, fabric: FabricMap, blamed: Sequence[Finding]) -> Fi
     )
 
 
-def _superseded(finding: Finding, named: set[str]) -> bool:
+def _superseded(finding: FabricFinding, named: set[str]) -> bool:
     """An all-rail finding on a leaf group that holds a switch a one-rail finding names."""
     if finding.kind not in ("leaf-uplink", "leaf-path"):
         return False

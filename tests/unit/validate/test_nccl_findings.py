@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuforge.validate.nccl import FabricMap, FabricNode, Localizer, merge_findings
-from gpuforge.validate.result import Finding
+from gpuforge.validate.result import FabricFinding
 
 GOOD, SLOW, FLOOR = 48.0, 12.0, 40.0  # one NIC's busbw, a quarter of it, the floor
 
@@ -44,7 +44,7 @@ def cluster(sus: int, per_su: int = 4, rails: int = 2) -> tuple[list[FabricNode]
 
 def rail_test(
     nodes: list[FabricNode], rail: int, slow_leaves: set[str]
-) -> tuple[list[Finding], tuple[str, ...], tuple[str, ...]]:
+) -> tuple[list[FabricFinding], tuple[str, ...], tuple[str, ...]]:
     """Localize a one-rail all_reduce where traffic leaving ``slow_leaves`` crawls."""
     leaf = {n.hostname: n.leaves[rail] for n in nodes}
 
@@ -88,9 +88,9 @@ def test_two_leaves_on_a_rail_name_the_link_between_them() -> None:
 
 def test_the_one_rail_finding_replaces_the_all_rail_one_and_duplicates_merge() -> None:
     nodes, topology = cluster(sus=3)
-    all_rails = Finding("leaf-uplink", "leaf-su02-r0+leaf-su02-r1", "all-rail test")
-    one_rail = Finding("leaf-uplink", "leaf-su02-r1", "rail test")
-    other = Finding("nccl-unresolved", "gpu1[0-3]", "noise")
+    all_rails = FabricFinding("leaf-uplink", "leaf-su02-r0+leaf-su02-r1", "all-rail test")
+    one_rail = FabricFinding("leaf-uplink", "leaf-su02-r1", "rail test")
+    other = FabricFinding("nccl-unresolved", "gpu1[0-3]", "noise")
     merged = merge_findings(
         [all_rails, one_rail, one_rail, other], FabricMap.build(nodes, topology)
     )

@@ -1,4 +1,4 @@
-"""Running the testinfra conformance suite (validators/) and reading back its results.
+"""Running the testinfra acceptance suite (validators/) and reading back its results.
 
 The suite runs from the operator machine over SSH (``pytest validators/
 --hosts=ansible://gpu_nodes -n auto`` with ``ANSIBLE_INVENTORY`` naming both layers of the
@@ -104,7 +104,7 @@ def suite_command(
     validators: Path = VALIDATORS,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """The pytest command line of the conformance suite for ``hosts``.
+    """The pytest command line of the acceptance suite for ``hosts``.
 
     The inventory comes from ``ANSIBLE_INVENTORY`` (:func:`run_suite`): testinfra's
     ``--ansible-inventory`` takes one source, a cluster directory has two layers.
@@ -136,7 +136,7 @@ def run_suite(
     """Run the suite on ``hosts`` of the cluster directory ``inventory``; bounded by ``timeout``."""
     env = InventoryDir.open(inventory).ansible_env()
     work_dir.mkdir(parents=True, exist_ok=True)
-    results = work_dir / "conformance-results.json"
+    results = work_dir / "acceptance-results.json"
     results.unlink(missing_ok=True)
     argv = suite_command(hosts, results)
     res = run_argv("localhost", shlex.join(argv), argv, timeout=timeout, env=env)
@@ -154,7 +154,7 @@ def read_results(path: Path) -> tuple[CheckResult, ...]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a conformance results file: {exc}") from exc
+        raise InputError(f"{path}: not an acceptance results file: {exc}") from exc
     if data.get("schema") != RESULTS_SCHEMA:
         raise InputError(f"{path}: unknown schema {data.get('schema')!r}")
     return tuple(CheckResult.from_dict(r) for r in data["results"])
