@@ -42,8 +42,8 @@ from gpuforge.admission import parse_reason, verdict_reason
 from gpuforge.node.__main__ import main as node_main
 from gpuforge.node.record import CheckRecord, checks_of, node_verdict
 from gpuforge.validate import burnin, catalogue, pipeline
-from gpuforge.validate.conformance import SuiteRun, read_results
-from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Tier, Verdict, decide
+from gpuforge.validate.acceptance import SuiteRun, read_results
+from gpuforge.validate.result import CheckResult, Level, NodeVerdict, Status, Verdict, decide
 from gpuforge.validate.xid_catalogue import lookup
 
 HOST = "gpu001"
@@ -325,7 +325,7 @@ def test_a_port_whose_counters_climb_during_burnin_is_not_admitted(tmp_path: Pat
     results += burnin.gpu_burn_check(runner, HOST, seconds=5, gpus=8)
     after = burnin.sample_counters(runner, HOST, devices, now=lambda: runner.clock)
     maxima = catalogue.params("fabric.counters")["max"]
-    results.append(burnin.counter_results(before, after, level=Tier.BURNIN, maxima=maxima))
+    results.append(burnin.counter_results(before, after, level=Level.BURNIN, maxima=maxima))
     failed = {r.check: r for r in results if r.status is Status.FAIL}
     assert list(failed) == ["fabric.counters"], [(r.check, r.status) for r in results]
     assert failed["fabric.counters"].action == catalogue.action("fabric.counters") == "inspect"
@@ -436,10 +436,10 @@ def test_the_validation_pipeline_does_not_admit_a_port_whose_counters_climb(
         assert list(hosts) == [HOST]
         return SuiteRun(0, tuple(_suite(_mk(work / "suite"), entry)), "", ())
 
-    opts = pipeline.Options(
-        level=Tier.BURNIN, gpu_burn_seconds=5, dcgm_level=3, work_dir=tmp_path / "work"
+    opts = pipeline.ValidationOptions(
+        level=Level.BURNIN, gpu_burn_seconds=5, dcgm_level=3, work_dir=tmp_path / "work"
     )
-    deps = pipeline.Deps(runner=runner, run_suite=run_suite, clock=lambda: runner.clock)
+    deps = pipeline.ValidationDeps(runner=runner, run_suite=run_suite, clock=lambda: runner.clock)
     summary = pipeline.run_validation(_one_node_cluster(tmp_path), [HOST], opts, deps)
     verdict = decide(HOST, summary.results)
     assert verdict.verdict is Verdict.QUARANTINE, verdict
