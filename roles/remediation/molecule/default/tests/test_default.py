@@ -23,5 +23,11 @@ def test_a_gpu_not_named_was_not_reset(host):
     assert "molecule-ecc-gpu2" not in _cleared(host)
 
 
+def test_the_service_holding_the_gpus_was_stopped_and_started_again(host):
+    # one start in prepare, one after the reset
+    starts = host.file("/var/lib/gpuforge-molecule-gpu-client.starts").content_string
+    assert starts.split() == ["start", "start"]
+
+
 def test_the_service_holding_the_gpus_runs_again(host):
     assert host.service("gpuforge-molecule-gpu-client").is_running
