@@ -1,4 +1,5 @@
-"""playbooks/remediate.yml: bounded tasks, the reboot module's real defaults, a site override."""
+"""playbooks/remediate.yml and its role (roles/remediation): bounded tasks, the reboot module's
+real defaults, a site override, the extra vars gpuforge passes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import yaml
 
-PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks" / "remediate.yml"
+REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "playbooks" / "remediate.yml"
+ROLE = REPO / "roles" / "remediation"
 LONG = {
     "ansible.builtin.command",
     "ansible.builtin.systemd_service",
@@ -30,32 +33,56 @@ def _play() -> dict[str, Any]:
     return dict(play)
 
 
+def _role_tasks() -> list[dict[str, Any]]:
+    """Every task of the role, its included files' in the order main.yml includes them."""
+    main = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    out = []
+    for task in main:
+        out.append(task)
+        include = task.get("ansible.builtin.include_tasks")
+        if include:
+            out += yaml.safe_load((ROLE / "tasks" / include["file"]).read_text())
+    return _tasks(out)
+
+
+def _defaults() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()))
+
+
+def test_the_play_applies_the_role_with_gpuforges_extra_vars() -> None:
+    play = _play()
+    (role,) = play["roles"]
+    assert role["role"] == "remediation"
+    assert "tasks" not in play
+    assert role["vars"]["remediation_action"] == "{{ remediate_action | default('') }}"
+    assert role["vars"]["remediation_gpus"] == "{{ remediate_gpus | default([]) }}"
+
+
 def test_every_long_task_has_a_timeout() -> None:
-    tasks = _tasks(_play()["tasks"])
+    tasks = _role_tasks()
     long = [t for t in tasks if LONG & set(t)]
     assert len(long) >= 6
     assert all("timeout" in t for t in long), [t["name"] for t in long if "timeout" not in t]
 
 
 def test_reboot_commands_are_site_variables_with_the_real_defaults() -> None:
-    play = _play()
-    (reboot,) = [t for t in _tasks(play["tasks"]) if "ansible.builtin.reboot" in t]
+    (reboot,) = [t for t in _role_tasks() if "ansible.builtin.reboot" in t]
     args = reboot["ansible.builtin.reboot"]
-    assert args["reboot_command"] == "{{ __remediate_reboot_command }}"
-    assert args["boot_time_command"] == "{{ __remediate_boot_time_command }}"
-    # play vars would outrank the inventory: the defaults sit in default(), so a site's
-    # group_vars (the lab's PID-1 probe) win
-    boot = play["vars"]["__remediate_boot_time_command"]
+    assert args["reboot_command"] == "{{ remediation_reboot_command }}"
+    assert args["boot_time_command"] == "{{ remediation_boot_time_command }}"
+    # role defaults sit under the inventory, and the old site names stay in default(), so a
+    # site's group_vars (the lab's PID-1 probe) win
+    defaults = _defaults()
+    boot = defaults["remediation_boot_time_command"]
     assert "gpuforge_boot_time_command | default(" in boot  # shared with the driver role
     assert "cat /proc/sys/kernel/random/boot_id" in boot  # ansible.builtin.reboot's own default
-    assert "shutdown -r 0" in play["vars"]["__remediate_reboot_command"]
+    assert "shutdown -r 0" in defaults["remediation_reboot_command"]
+    assert "remediate_reboot_command | default(" in defaults["remediation_reboot_command"]
 
 
 def test_gpu_reset_is_nvidia_smi_per_gpu_or_all() -> None:
     commands = [
-        t["ansible.builtin.command"]
-        for t in _tasks(_play()["tasks"])
-        if "ansible.builtin.command" in t
+        t["ansible.builtin.command"] for t in _role_tasks() if "ansible.builtin.command" in t
     ]
     assert commands == [
         "nvidia-smi -r",

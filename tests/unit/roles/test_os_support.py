@@ -59,7 +59,7 @@ def test_every_role_with_os_differences_loads_them_through_common() -> None:
         if p.name not in ("main.yml", "spec_rules.yml")  # spec_rules: the spec loader's rules
     }
     assert set(OS_VARS_ROLES) == with_os_vars
-    assert len(OS_VARS_ROLES) == 11
+    assert len(OS_VARS_ROLES) == 16
 
 
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r["name"])
@@ -168,6 +168,9 @@ def test_preflight_check_passes_tested_warns_untested_and_fails_unmapped(tmp_pat
         "msg"
     ]
     assert "Rocky 9 is mapped but untested" in warn_rocky
-    assert "Not mapped by the munge, slurm roles" in warn_rocky
+    assert (
+        "Not mapped by the alertmanager, dcgm_exporter, health, munge, node_exporter, prometheus,"
+        " slurm roles" in warn_rocky
+    )
     failure = results["_common : Assert that the roles map this OS release"]["centos7"]["msg"]
     assert failure.startswith("CentOS 7.9 is not mapped by gpuforge's roles. Tested: Debian 12;")

@@ -49,3 +49,8 @@ def test_an_alert_reaches_the_sink_on_its_route(host):
     probe = [p for p in seen if p["commonLabels"].get("alertname") == "MoleculeProbe"]
     assert probe, seen
     assert probe[0]["receiver"] == "warning"
+
+
+def test_expected_state_records_the_config(host):
+    data = json.loads(host.file("/etc/gpuforge/expected/state/alertmanager.json").content_string)
+    assert "/etc/prometheus/alertmanager.yml" in data["files"]

@@ -68,3 +68,13 @@ def test_passive_tier_runs_and_records_on_a_node_without_gpus(host):
     assert record["tier"] == "passive"
     # no GPU tools here: the GPU checks could not run (error), which never asks for a drain
     assert record["request"] is None
+
+
+def test_expected_state_records_the_wrappers(host):
+    data = json.loads(host.file("/etc/gpuforge/expected/state/health.json").content_string)
+    assert set(data["files"]) == {
+        CONFIG,
+        "/usr/local/sbin/gpuforge-healthcheck",
+        "/usr/local/sbin/gpuforge-prolog",
+        "/usr/local/sbin/gpuforge-epilog",
+    }

@@ -57,3 +57,8 @@ def test_node_target_carries_topology_labels(host):
 def test_alert_rules_loaded(host):
     groups = _api(host, "/api/v1/rules")["data"]["groups"]
     assert any(r["type"] == "alerting" for g in groups for r in g["rules"])
+
+
+def test_expected_state_records_the_service(host):
+    data = json.loads(host.file("/etc/gpuforge/expected/state/prometheus.json").content_string)
+    assert data["services"] == {"prometheus": {"active": True, "enabled": True}}

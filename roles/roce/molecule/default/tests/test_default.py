@@ -169,3 +169,9 @@ def test_nccl_agrees_with_fabric(host):
         str(qos["gid_index"]),
         str(qos["traffic_class"]),
     )
+
+
+@pytest.mark.parametrize("link", LINKS, ids=IDS)
+def test_expected_state_records_the_rail_file(host, link):
+    data = _json(host, "/etc/gpuforge/expected/state/roce.json")
+    assert f"/etc/systemd/network/30-gpuforge-{link['netdev']}.network" in data["files"]
