@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -10,28 +11,53 @@ from typing import Any
 import click
 
 from gpuforge import __version__
-from gpuforge.cli import conformance as conformance_cli
-from gpuforge.cli import (
-    deploy,
-    inventory,
-    lab,
-    parse,
-    paths,
-    plan,
-    slurm,
-    topology,
-    upgrade_run,
-    validate,
-)
-from gpuforge.cli import fleet as fleet_cli
-from gpuforge.cli import health as health_cli
-from gpuforge.cli import remediate as remediate_cli
-from gpuforge.cli import upgrade as upgrade_cli
 from gpuforge.errors import GpuforgeError
+
+#: Each command: the module under ``gpuforge.cli`` that defines it, and its attribute there. A
+#: command's module is imported only when that command runs (or ``--help`` lists them): the
+#: fleet, conformance and risk commands pull in numpy, the validators and the reports, which a
+#: ``topology check`` of a 100k-GPU spec would otherwise pay for on every start (1.4 CPU-s).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topology": ("topology", "topology"),
+    "inventory": ("inventory", "inventory"),
+    "plan": ("plan", "plan"),
+    "lab": ("lab", "lab"),
+    "slurm": ("slurm", "slurm_group"),
+    "parse": ("parse", "parse"),
+    "validate": ("validate", "validate"),
+    "deploy": ("deploy", "deploy"),
+    "status": ("deploy", "status"),
+    "paths": ("paths", "paths"),
+    "health": ("health", "health"),
+    "fleet": ("fleet", "fleet"),
+    "remediate": ("remediate", "remediate"),
+    "rma": ("remediate", "rma_group"),
+    "conformance": ("conformance", "conformance"),
+    "upgrade": ("upgrade", "upgrade"),
+}
 
 
 class _Root(click.Group):
-    """Maps gpuforge's exceptions to exit codes (0 ok, 1 failed, 2 bad input)."""
+    """Loads each command when it is asked for; maps gpuforge's exceptions to exit codes.
+
+    Exit codes: 0 ok, 1 failed, 2 bad input.
+    """
+
+    def list_commands(self, _ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, _ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f"gpuforge.cli.{module}"), attr)
+        if cmd_name == "upgrade":
+            from gpuforge.cli.upgrade_run import run_command  # noqa: PLC0415 - with its group
+
+            command.add_command(run_command)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"gpuforge.cli.{module}.{attr} is not a click command")
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         _tools_first_on_path()
@@ -58,22 +84,3 @@ def _tools_first_on_path() -> None:
 @click.version_option(__version__, prog_name="gpuforge")
 def main() -> None:
     """Build and keep healthy GPU clusters from one topology spec."""
-
-
-main.add_command(topology.topology)
-main.add_command(inventory.inventory)
-main.add_command(plan.plan)
-main.add_command(lab.lab)
-main.add_command(slurm.slurm_group)
-main.add_command(parse.parse)
-main.add_command(validate.validate)
-main.add_command(deploy.deploy)
-main.add_command(deploy.status)
-main.add_command(paths.paths)
-main.add_command(health_cli.health)
-main.add_command(fleet_cli.fleet)
-main.add_command(remediate_cli.remediate)
-main.add_command(remediate_cli.rma_group)
-main.add_command(conformance_cli.conformance)
-main.add_command(upgrade_cli.upgrade)
-upgrade_cli.upgrade.add_command(upgrade_run.run_command)
