@@ -26,7 +26,7 @@ from gpuforge.cli.common import (
     state_option,
     via_option,
 )
-from gpuforge.cli.context import cluster_context, cluster_root, state_paths
+from gpuforge.cli.context import ClusterContext, cluster_context, cluster_root, state_paths
 from gpuforge.cli.context import slurm_client as context_slurm_client
 from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
@@ -89,6 +89,25 @@ def health() -> None:
     """Node health on the controller: the collector and node history."""
 
 
+#: ``--auth off``: records are taken on their source address alone, as before credentials.
+AUTH_OFF = "off"
+
+
+def _authenticator(
+    ctx: ClusterContext, policy: str, uid: int, via: str | None, munge_socket: Path | None
+) -> Authenticator:
+    """The collector's munge check: unmunge here, or on ``via`` over SSH."""
+    unmunge = Unmunge(socket=munge_socket)
+    if via is not None:  # the host runs no munged with the cluster's key
+        target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
+        unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
+    sequences = ctx.state.root / SEQUENCE_FILE
+    try:
+        return Authenticator(policy, uid=uid, unmunge=unmunge, sequence_path=sequences)
+    except OSError as exc:
+        raise InputError(f"{sequences}: {exc.strerror or exc}") from None
+
+
 @health.command("serve")
 @cluster_argument
 @inventory_option
@@ -135,11 +154,12 @@ def health() -> None:
 @click.option(
     "--auth",
     "auth_policy",
-    type=click.Choice(POLICIES),
+    type=click.Choice([*POLICIES, AUTH_OFF]),
     default="required",
     show_default=True,
     help="Records without a valid munge credential of the node's root: refused (401), or "
-    "accepted and counted (optional, while munge is rolled out). With --via, unmunge runs there.",
+    "accepted and counted (optional, while munge is rolled out); off: the source address alone "
+    "(no unmunge per record). With --via, unmunge runs there over SSH.",
 )
 @click.option("--auth-uid", type=click.IntRange(min=0), default=0, show_default=True,
               help="The uid whose munge credentials may speak for a node.")  # fmt: skip
@@ -192,15 +212,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     store = HistoryStore.open(ctx.state.history_db)
     admission = ctx.admission(slurm_client(via, ctx.path), "health")
     decider = Decider(admission, policy=policy, leaves=fleet.leaves, store=store)
-    unmunge = Unmunge(socket=munge_socket)
-    if via is not None:  # the lab: the host runs no munged with the cluster's key
-        target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
-        unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
-    sequences = ctx.state.root / SEQUENCE_FILE
-    try:
-        auth = Authenticator(auth_policy, uid=auth_uid, unmunge=unmunge, sequence_path=sequences)
-    except OSError as exc:
-        raise InputError(f"{sequences}: {exc.strerror or exc}") from None
+    auth = None if auth_policy == AUTH_OFF else _authenticator(ctx, auth_policy, auth_uid, via,
+                                                                  munge_socket)  # fmt: skip
     collector = Collector(
         fleet,
         store,
@@ -233,7 +246,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
     finally:
         server.server_close()
         collector.stop()
-        auth.close()
+        if auth is not None:
+            auth.close()
         store.close()
 
 
