@@ -482,9 +482,11 @@ def node_min(results: Sequence[CheckResult], prefix: str, check: str) -> list[Ch
 
 # --- fabric.counters across the validation ---------------------------------------------------
 
-#: Where the kernel exposes an HCA port's error counters (the node checker's ``fabric.counters``).
-COUNTER_DIR = "/sys/class/infiniband/{device}/ports/{port}/counters"
-_COUNTER_LINE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/counters/(\w+):(\d+)\s*$")
+#: Where the kernel exposes an HCA port's error counters (the node checker's ``fabric.counters``),
+#: below the node's sysfs root (``/sys``; the inventory's ``health_sysfs_root``, as the node
+#: checker's ``sysfs_root``).
+COUNTER_DIR = "{root}/class/infiniband/{device}/ports/{port}/counters"
+_COUNTER_LINE = re.compile(r"^.*/class/infiniband/([^/]+)/ports/(\d+)/counters/(\w+):(\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -499,10 +501,11 @@ class CounterSample:
     error: str = ""
 
 
-def counter_command(devices: Sequence[str], port: int = 1) -> str:
+def counter_command(devices: Sequence[str], port: int = 1, *, sysfs_root: str = "/sys") -> str:
     """One ``grep -H`` over every counter of ``devices`` (``path:value`` lines)."""
+    root = sysfs_root.rstrip("/")
     paths = [
-        f"{COUNTER_DIR.format(device=d, port=port)}/{name}"
+        f"{COUNTER_DIR.format(root=root, device=d, port=port)}/{name}"
         for d in devices
         for name in catalogue.COUNTER_NAMES
     ]
@@ -520,10 +523,15 @@ def parse_counter_sample(text: str) -> dict[str, int]:
 
 
 def sample_counters(
-    runner: CommandRunner, node: str, devices: Sequence[str], *, now: Callable[[], float]
+    runner: CommandRunner,
+    node: str,
+    devices: Sequence[str],
+    *,
+    now: Callable[[], float],
+    sysfs_root: str = "/sys",
 ) -> CounterSample:
     """Read ``devices``' port 1 error counters on ``node`` (one SSH command, 30 s at most)."""
-    res = runner.run(node, counter_command(devices), timeout=30)
+    res = runner.run(node, counter_command(devices, sysfs_root=sysfs_root), timeout=30)
     values = parse_counter_sample(res.stdout)
     want = {f"ib/{d}/1/{n}" for d in devices for n in catalogue.COUNTER_NAMES}
     missing = sorted(want - set(values))

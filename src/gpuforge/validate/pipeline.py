@@ -173,7 +173,12 @@ def _sample_counters(
         return {}
 
     def one(node: str) -> burnin.CounterSample:
-        return burnin.sample_counters(deps.runner, node, devices[node], now=deps.clock)
+        # The node's sysfs root, as its health checker is configured (the health role's
+        # health_sysfs_root): the kernel's /sys on a real node.
+        root = str(view.hostvars(node).get("health_sysfs_root") or "/sys")
+        return burnin.sample_counters(
+            deps.runner, node, devices[node], now=deps.clock, sysfs_root=root
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(wanted)))) as pool:
         return {s.node: s for s in pool.map(one, wanted)}
