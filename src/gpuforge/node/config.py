@@ -258,8 +258,8 @@ _RAIL = ("device", "port", "netdev", "rate_gbps", "mtu", "link_layer")
 _CHECK = ("enabled", "shadow", "fail_after", "pass_after")
 
 
-def parse(text: str, source: str = "health.yaml") -> HealthConfig:
-    """Validate health.yaml's ``text``; ``source`` names the file in errors."""
+def read_yaml(text: str, source: str) -> tuple[Any, _Reader]:
+    """``text`` parsed, and a reader whose errors name ``source``, the line and the key."""
     try:
         tree = yaml.compose(text, Loader=_Lines)
         data = yaml.load(text, Loader=_Lines)  # noqa: S506 - _Lines is a SafeLoader
@@ -272,7 +272,12 @@ def parse(text: str, source: str = "health.yaml") -> HealthConfig:
     lines: dict[str, int] = {}
     if tree is not None:
         _key_lines(tree, "", lines, source)
-    r = _Reader(source, lines)
+    return data, _Reader(source, lines)
+
+
+def parse(text: str, source: str = "health.yaml") -> HealthConfig:
+    """Validate health.yaml's ``text``; ``source`` names the file in errors."""
+    data, r = read_yaml(text, source)
     if data is None:
         raise InputError(f"{source}: empty file (version and node are required)")
     top = r.mapping(data, "", _TOP)

@@ -26,10 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuforge.errors import InputError
-from gpuforge.node.config import _key_lines, _Lines, _Reader
+from gpuforge.node.config import _Reader, read_yaml
 
 #: Where the services host keeps it.
 DEFAULT_PATH = Path("/etc/gpuforge/predict.yaml")
@@ -80,19 +78,7 @@ def _duration(r: _Reader, data: Mapping[str, Any], key: str, default: float) -> 
 
 def parse(text: str, source: str = "predict.yaml") -> PredictPolicy:
     """Validate a policy file's ``text``; ``source`` names the file in errors."""
-    try:
-        tree = yaml.compose(text, Loader=_Lines)
-        data = yaml.load(text, Loader=_Lines)  # noqa: S506 - _Lines is a SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{source}{line}: not valid YAML: {exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{source}: not valid YAML: {exc}") from None
-    lines: dict[str, int] = {}
-    if tree is not None:
-        _key_lines(tree, "", lines, source)
-    r = _Reader(source, lines)
+    data, r = read_yaml(text, source)
     top = r.mapping(data, "", _TOP)
     version = r.integer(top, "version", "", 1, minimum=1)
     if version != 1:
