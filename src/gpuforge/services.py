@@ -53,7 +53,7 @@ DEFAULT_TIMEOUT_S = 600.0
 #: rc of ``sh`` when the command is not there (126: not executable).
 _NOT_FOUND_RC = (126, 127)
 #: A site-layer line that names the group (not in a comment): the site may change its members.
-_NAMES_GROUP = re.compile(rf"^\s*[^#\s].*\b{GROUP}\b", re.MULTILINE)
+_NAMES_GROUP = re.compile(rf"^(?![ \t]*#).*\b{GROUP}\b", re.MULTILINE)
 
 
 class ServicesUnreachable(GpuforgeError):  # noqa: N818 - reads as the outcome it reports
