@@ -1,8 +1,9 @@
 """``gpuforge health``: the collector nodes push their records to, and a node's history.
 
 ``serve`` runs on the controller (a systemd service; in the lab a background process on the
-lab network's gateway); ``history`` reads the store it writes (docs/health.md, "Controller:
-collector, decisions, history").
+lab network's gateway); ``history`` reads the store it writes, on the services host when the
+cluster directory names one (docs/health.md, "Controller: collector, decisions, history" and
+"Where the tools run").
 """
 
 from __future__ import annotations
