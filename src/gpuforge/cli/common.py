@@ -142,19 +142,24 @@ def remote(ctx: click.Context) -> services.ServicesHost | None:
 def remote_argv(ctx: click.Context, host: services.ServicesHost) -> list[str]:
     """The command as given, with the host's cluster directory, state and reports substituted.
 
-    A command that reads Slurm (``--via``) and was not told where reads it on the services
-    host itself when that host is a controller.
+    A command that reads Slurm (``--via``) reads it on the services host itself when told to
+    read it there (``--via <that host>``), or not told where and that host is a controller.
     """
     path: list[str] = []
     at: click.Context | None = ctx
     while at is not None and at.parent is not None:
         path.insert(0, str(at.info_name))
         at = at.parent
-    positional, options = given_args(ctx, _LOCAL_OPTIONS)
+    via = ctx.params.get("via")
+    local_slurm = "via" in ctx.params and (
+        via == host.hostname or (via is None and host.controller)
+    )
+    skip = _LOCAL_OPTIONS | {"via"} if local_slurm else _LOCAL_OPTIONS
+    positional, options = given_args(ctx, skip)
     extra = ["--inventory", host.cluster_dir, "--state-dir", host.state_dir]
     if "report_dir" in ctx.params:
         extra += ["--report-dir", host.report_dir]
-    if "via" in ctx.params and ctx.params["via"] is None and host.controller:
+    if local_slurm:
         extra += ["--via", "local"]
     return [*path, *positional, *options, *extra]
 

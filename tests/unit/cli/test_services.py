@@ -173,6 +173,11 @@ def test_an_explicit_via_is_kept_and_html_is_refused(
     assert result.exit_code == 3
     assert "--via login01 --inventory /etc/gpuforge/cluster" in result.stdout
     assert "--via local" not in result.stdout
+    itself = run("fleet", "status", "--inventory", root, "--via", "ctl01")  # no SSH to itself
+    assert itself.stdout.splitlines()[0] == (
+        "remote argv: fleet status --inventory /etc/gpuforge/cluster "
+        "--state-dir /var/lib/gpuforge/state --via local"
+    )
     refused = run("fleet", "status", "--inventory", root, "--html", tmp_path / "x.html")
     assert refused.exit_code == 2
     assert "--html names a file on this machine" in refused.stderr
