@@ -75,6 +75,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 run = upgrading.gpuforge
 
 
+def on_services(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a command that must read the services host's records: without this
+    module's own state directory, which would keep it on this machine (docs/health.md)."""
+    return {k: v for k, v in env.items() if k != "GPUFORGE_STATE_DIR"}
+
+
 def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return upgrading.ssh(LAB, node, *argv, timeout=timeout)
 
@@ -332,7 +338,9 @@ def _spooled(node: str) -> int:
 
 
 def _latest_passive(env: dict[str, str], lab: Path, node: str) -> float:
-    proc = run(env, "health", "history", node, "--inventory", str(lab), "--json", timeout=60)
+    proc = run(
+        on_services(env), "health", "history", node, "--inventory", str(lab), "--json", timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     at = json.loads(proc.stdout)["latest"]["passive"]["received"]
     return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
@@ -422,7 +430,9 @@ def test_never_fault_on_a_whole_leaf_drains_one_and_goes_to_rma(
     (kept,) = [n for n in LEAF_PAIR if n != gone]
     assert rows[gone].reason.startswith("gpuforge:fabric.port:inspect"), rows[gone]
     # read on the services host, where the collector keeps the history (found from the inventory)
-    history = run(env, "health", "history", kept, "--inventory", str(lab), "--json", timeout=60)
+    history = run(
+        on_services(env), "health", "history", kept, "--inventory", str(lab), "--json", timeout=60
+    )
     assert history.returncode == 0, history.stderr
     assert "refused" in history.stdout, history.stdout[-3000:]
 

@@ -100,7 +100,7 @@ def _authenticator(
 ) -> Authenticator:
     """The collector's munge check: unmunge here, or on ``via`` over SSH."""
     unmunge = Unmunge(socket=munge_socket)
-    if via is not None:  # the host runs no munged with the cluster's key
+    if via not in (None, "local"):  # the host runs no munged with the cluster's key
         target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
         unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
     sequences = ctx.state.root / SEQUENCE_FILE
