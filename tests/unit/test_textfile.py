@@ -17,8 +17,9 @@ import pytest
 from gpuforge import textfile
 from gpuforge.conformance import report
 from gpuforge.health import fleet
-from gpuforge.node import drift
+from gpuforge.node import config, drift, output, record, state
 from gpuforge.textfile import Family, render, value_text
+from gpuforge.validate.result import Status
 
 
 def _promtool_check(text: str) -> subprocess.CompletedProcess[str]:
@@ -131,7 +132,21 @@ def test_every_producer_renders_what_promtool_reads() -> None:
         drift_by_kind={"package": 2},
         run=SimpleNamespace(state="partial", finished=1764650000.7),
     )
+    streaks = {"gpu.xid": state.Streak(fails=3, latched=True, action="reboot")}
+    failed = (record.CheckRecord(check="gpu.xid", status=Status.FAIL, measured="1", expected="0"),)
+    run = record.Record("gpu01", "passive", "t", 1.5, "fail", failed)
+    node = output.metrics_text(
+        run,
+        config.parse("version: 1\nnode: gpu01\n"),
+        state.State(streaks=streaks, spool_dropped=1_234_567),
+        spooled=2,
+        now=1764650000.123,
+    )
+    # exact: the ":g" this replaced wrote 1.76465e+09 and 1.23457e+06
+    assert 'gpuforge_health_last_run_timestamp_seconds{tier="passive"} 1764650000.123\n' in node
+    assert "gpuforge_health_spool_dropped_total 1234567\n" in node
     texts = {
+        "node": node,
         "drift": drift.metrics_text({"drift": [{"kind": "module"}], "verdict": "warn"}, 1e9 + 0.4),
         "fleet": fleet.controller_metrics(status, fleet.BreakerState(True, 4, ("gpu03",))),
         "conformance": report.metrics(changes, now=5.0),  # type: ignore[arg-type]
