@@ -510,3 +510,20 @@ def test_a_run_recorded_before_the_rule_is_not_judged_by_it(
 def test_a_share_outside_0_1_is_bad_input(share: float) -> None:
     with pytest.raises(InputError, match="--min-judged"):
         ConformanceOptions(min_judged=share)
+
+
+def test_a_released_hold_fails_the_node_and_is_reported_as_drift(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    unheld = drift.DriftItem("package", "libnccl2" + drift.HOLD_SUFFIX, "held", "not held")
+    world.records = {n: node_record(n) for n in ("gpu01", "gpu03", "gpu06")}
+    world.records["gpu04"] = node_record("gpu04", [unheld])
+    changes = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes
+    assert changes.new_failures == ["gpu04"]
+    assert changes.results["gpu04"].drift == (("package", "libnccl2 hold", "held", "not held"),)
+    assert changes.to_dict()["drift_new"]["gpu04"] == [
+        {"kind": "package", "item": "libnccl2 hold", "desired": "held", "actual": "not held"}
+    ]
+    assert changes.exit_code == 1 and changes.short is None
