@@ -467,26 +467,19 @@ def test_fewer_than_the_share_exits_1_and_enough_exits_0(
 ) -> None:
     # gpu01, gpu04 pass; gpu03 and gpu06 give nothing: 2 of the 4 sent a task judged (50%).
     world.records = {"gpu01": node_record("gpu01"), "gpu04": node_record("gpu04")}
-    strict = run(
-        FLEET,
-        history,
-        ConformanceOptions(poll_s=0, min_judged=0.9),
-        deps_for(world),
-        lock_path=tmp_path / "l",
-    ).changes
+
+    def night(share: float) -> report.Changes:
+        world.polls = 0
+        opts = ConformanceOptions(poll_s=0, min_judged=share)
+        return run(FLEET, history, opts, deps_for(world), lock_path=tmp_path / "l").changes
+
+    strict = night(0.9)
     assert strict.exit_code == 1
     assert strict.short is not None
     assert (
         "judged 2 of the 4 node(s) sent a task (50%), fewer than the required 90%" in strict.short
     )
-    world.polls = 0
-    lenient = run(
-        FLEET,
-        history,
-        ConformanceOptions(poll_s=0, min_judged=0.5),
-        deps_for(world),
-        lock_path=tmp_path / "l",
-    ).changes
+    lenient = night(0.5)
     assert lenient.short is None and lenient.exit_code == 0
     assert lenient.to_dict()["judged"] == {
         "sent": 4, "judged": 2, "min_fraction": 0.5, "short": None,

@@ -10,7 +10,6 @@ import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +25,7 @@ from gpuforge.rollout.lock import holder
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.state_paths import collector_lock_of
 from gpuforge.validate.result import BatchSummary, CheckResult, Level, Status
+from tests.unit.health.test_collector_hostile import slow_ingest
 from tests.unit.history.records import record
 from tests.unit.slurm.fake import FakeSlurm
 
@@ -129,13 +129,7 @@ def test_the_in_process_collector_survives_a_client_gone_with_one_line(
 ) -> None:
     caplog.set_level(logging.INFO)
     fleet, store, adm = _collector_rig(tmp_path)
-    ingest = store.ingest
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.4)  # the task is gone before its record is committed and answered
-        return ingest(*args, **kwargs)
-
-    monkeypatch.setattr(store, "ingest", slow)
+    slow_ingest(monkeypatch, store, 0.4)  # the task is gone before its record is answered
     port = _free_port()
     body = json.dumps(record("gpu01", tier="conformance")).encode()
     head = f"POST /v1/records HTTP/1.1\r\nHost: c\r\nContent-Length: {len(body)}\r\n\r\n"

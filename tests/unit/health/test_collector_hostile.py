@@ -24,7 +24,7 @@ from gpuforge.health import intake
 from gpuforge.health.collector import MAX_BODY, Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
-from gpuforge.history.store import iso
+from gpuforge.history.store import HistoryStore, iso
 
 from ..history.records import T0, record
 from .conftest import MakeDecider
@@ -67,6 +67,25 @@ def raw(port: int, data: bytes, *, timeout: float = 10) -> bytes:
                 break
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def slow_ingest(
+    monkeypatch: pytest.MonkeyPatch, store: HistoryStore, delay_s: float
+) -> tuple[threading.Event, threading.Event]:
+    """``store.ingest`` made ``delay_s`` slower: (a batch entered it, a batch was stored)."""
+    ingest = store.ingest
+    entered, stored = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        time.sleep(delay_s)
+        try:
+            return ingest(*args, **kwargs)
+        finally:
+            stored.set()
+
+    monkeypatch.setattr(store, "ingest", slow)
+    return entered, stored
 
 
 def status_of(answer: bytes) -> int:
@@ -236,18 +255,8 @@ def test_a_client_gone_before_its_answer_is_one_line(
     served: Served, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, port, collector = served
-    ingest = collector.store.ingest
-    entered, stored = threading.Event(), threading.Event()
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        time.sleep(0.5)  # the client is gone by the time the record is committed
-        try:
-            return ingest(*args, **kwargs)
-        finally:
-            stored.set()
-
-    monkeypatch.setattr(collector.store, "ingest", slow)
+    # the client is gone by the time the record is committed
+    entered, stored = slow_ingest(monkeypatch, collector.store, 0.5)
     head = f"POST /v1/records HTTP/1.1\r\nHost: c\r\nContent-Length: {len(GOOD)}\r\n\r\n"
     with socket.create_connection((LOCAL, port), timeout=10) as conn:
         conn.sendall(head.encode() + GOOD)
@@ -543,18 +552,8 @@ def test_a_client_that_resets_while_answered_is_one_line_naming_node_and_path(
     # Seen on the lab (issue 28): a task that went away while the collector answered it
     # (BrokenPipeError / ConnectionResetError). A real socket, reset (RST) before its answer.
     url, port, collector = served
-    ingest = collector.store.ingest
-    entered, stored = threading.Event(), threading.Event()
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        time.sleep(0.3)  # the client resets while its record is committed
-        try:
-            return ingest(*args, **kwargs)
-        finally:
-            stored.set()
-
-    monkeypatch.setattr(collector.store, "ingest", slow)
+    # the client resets while its record is committed
+    entered, stored = slow_ingest(monkeypatch, collector.store, 0.3)
     head = "POST /v1/records HTTP/1.1\r\nHost: c\r\n" + ("Connection: close\r\n" if close else "")
     head += f"Content-Length: {len(GOOD)}\r\n\r\n"
     conn = socket.create_connection((LOCAL, port), timeout=10)
