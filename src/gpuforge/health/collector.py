@@ -774,10 +774,12 @@ class CollectorServer:
         threads: int,
         idle_timeout_s: int,
         command: str = "gpuforge health serve",
+        held: ExitStack | None = None,
     ) -> None:
         # One writer per history: the lock first (a second collector names the first, even on
-        # the same port), held until server_close, dropped by the kernel if this process dies.
-        self._held = claim_history(collector.store.path, command)
+        # the same port), held until server_close, dropped by the kernel if this process dies;
+        # ``held``: the caller took it already (health serve, before opening anything).
+        self._held = held if held is not None else claim_history(collector.store.path, command)
         try:
             self._bind(collector, host, port, threads, idle_timeout_s)
         except BaseException:
@@ -816,6 +818,8 @@ class CollectorServer:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
+        self._closing = threading.Lock()
+        self._closed = False
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Serve until :meth:`shutdown`."""
@@ -827,16 +831,25 @@ class CollectorServer:
             self._stopped.set()
 
     def shutdown(self) -> None:
-        """Stop :meth:`serve_forever` (from another thread) and wait until it has returned."""
+        """Stop :meth:`serve_forever` (from another thread) and wait until it has returned.
+
+        The wake-up goes to the loop's trigger only while it is open: SIGTERM's shutdown thread
+        can run after the loop ended and :meth:`server_close` closed the trigger, whose file
+        descriptor number may already name another file.
+        """
         self._stop.set()
-        self._server.pull_trigger()
+        with self._closing:
+            if not self._closed:
+                self._server.pull_trigger()
         self._stopped.wait()
 
     def server_close(self) -> None:
         """Close the listening socket and every connection; stop the workers; let go of the
         history's writer lock."""
         try:
-            wasyncore.close_all(self._map)
+            with self._closing:
+                self._closed = True
+                wasyncore.close_all(self._map)
             self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
         finally:
             self._held.close()
@@ -876,12 +889,14 @@ def make_server(
     threads: int = THREADS,
     idle_timeout_s: int = IDLE_TIMEOUT_S,
     command: str = "gpuforge health serve",
+    held: ExitStack | None = None,
 ) -> CollectorServer:
     """An HTTP server for ``collector`` bound to ``host:port`` (call ``serve_forever``), holding
     its history's writer lock (:func:`claim_history`: :class:`HistoryHeld` while another
-    collector writes it); ``command`` is what the lock says holds it."""
-    return CollectorServer(collector, host, port, threads=threads,
-                           idle_timeout_s=idle_timeout_s, command=command)  # fmt: skip
+    collector writes it; ``held``: the lock the caller claimed already, closed with the server);
+    ``command`` is what the lock says holds it."""
+    return CollectorServer(collector, host, port, threads=threads, idle_timeout_s=idle_timeout_s,
+                           command=command, held=held)  # fmt: skip
 
 
 def parse_listen(text: str) -> tuple[str, int]:
