@@ -140,3 +140,23 @@ def test_min_judged_a_bad_inventory_value_is_named(value: object) -> None:
     ctx = _ctx_with({"ctl01": {MIN_JUDGED_VAR: value}}, ["ctl01"])
     with pytest.raises(InputError, match=MIN_JUDGED_VAR):
         _min_judged(ctx, None)
+
+
+def test_report_of_a_run_that_judged_no_node_exits_1_and_says_why(tmp_path: Path) -> None:
+    # The lab's night (issue 28): the array went to 4 idle nodes, no result came back.
+    store = HistoryStore.open(tmp_path / "lab" / "history.db")
+    hist = ConformanceHistory(store)
+    night = hist.begin("quick", 8, at=1_795_000_000.0, meta={"sent": 4, "min_judged": 0.9})
+    why = "no result: the task was preempted, did not start before the deadline, or failed"
+    hist.add(night.id, [NodeResult(f"gpu0{i}", "not_checked", why) for i in range(1, 5)])
+    hist.add(night.id, [NodeResult(f"gpu0{i}", "not_checked", "busy") for i in range(5, 9)])
+    hist.finish(night.id, "complete", at=1_795_000_100.0)
+    store.close()
+    code, out = _invoke(
+        "conformance", "report", "--inventory", str(SAMPLE), "--state-dir", str(tmp_path),
+        "--report-dir", str(tmp_path / "reports"),
+    )  # fmt: skip
+    assert code == 1, out
+    assert "  exit 1: judged no node: none of the 4 node(s) sent a task gave a result" in out
+    junit = (tmp_path / "reports" / "lab" / "run-00001" / "junit.xml").read_text()
+    assert 'name="judged share"' in junit
