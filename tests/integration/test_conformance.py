@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuforge.lab import files, lifecycle, podman
+from gpuforge.lab import lifecycle, podman
 from gpuforge.lab.paths import CONTAINERS_CONF
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -39,7 +39,7 @@ CONTROLLER = "cctl01"
 GPUS = ["cgpu01", "cgpu02", "cgpu03", "cgpu04"]
 GATEWAY = "10.217.51.1"
 #: Where the health role's config (the lab's site layer) sends the nodes' records.
-PORT = files.HEALTH_COLLECTOR_PORT
+PORT = 9477  # the in-process collector of `conformance run --collector-listen`
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,9 +2,10 @@
 
 One module-scoped lab (tests/integration/specs/day2.yaml, lab ``d2health``: hctl01 + hgpu01-04,
 2 nodes per rack and per leaf, 2 rails) is brought up, deployed (phase 1, level quick) with a
-HealthCheckInterval of 30 s, and the collector (``gpuforge health serve``) runs on the lab
-network's gateway, where the nodes' health.yaml points. Every day-2 test of the project shares it
-(helpers add theirs below), so the costs of bringing it up are paid once.
+HealthCheckInterval of 30 s. The deploy itself installs the day-2 control plane on the services
+host hctl01 (the controller): the collector service the nodes' health.yaml points at, Prometheus and
+Alertmanager, the conformance timer; no test starts a process of its own. Every day-2 test of the
+project shares the lab (helpers add theirs below), so the costs of bringing it up are paid once.
 
 What the loop must show (issue 16 item 7):
 - an Xid 79 injected on hgpu03 drains it with ``gpuforge:gpu.xid:reboot`` within one interval
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,6 @@ OPERATOR_REASON = "disk swap ticket 4711"
 LEAF_PAIR = ("hgpu01", "hgpu02")  # one SU, so one leaf per rail
 #: HealthCheckInterval of the lab (slurm.conf); the tests wait in multiples of it.
 INTERVAL_S = 30
-COLLECTOR_PORT = 9477
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +75,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 run = upgrading.gpuforge
 
 
+def on_services(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a command that must read the services host's records: without this
+    module's own state directory, which would keep it on this machine (docs/health.md)."""
+    return {k: v for k, v in env.items() if k != "GPUFORGE_STATE_DIR"}
+
+
 def ssh(node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return upgrading.ssh(LAB, node, *argv, timeout=timeout)
 
@@ -88,7 +95,14 @@ def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         inventory = lifecycle.state_dir(LAB) / "inventory"
         override = lifecycle.inventory_dir(LAB).site / "group_vars" / "all" / "zz-day2.yml"
         override.parent.mkdir(parents=True, exist_ok=True)
-        override.write_text(f"---\nslurm_health_check_interval: {INTERVAL_S}\n")
+        override.write_text(
+            "---\n"
+            f"slurm_health_check_interval: {INTERVAL_S}\n"
+            # the collector service's circuit breaker: one node per leaf per 10 minutes
+            "gpuforge_services_max_fraction: 1\n"
+            "gpuforge_services_max_per_leaf: 1\n"
+            "gpuforge_services_window_s: 600\n"
+        )
         reports = tmp_path_factory.mktemp("deploy")
         started = time.monotonic()
         proc = run(
@@ -121,66 +135,30 @@ def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
             lifecycle.down(LAB)
 
 
+SERVICE = "gpuforge-collector.service"
+#: Where the services host keeps the collector's state (roles/gpuforge_services defaults).
+SERVICES_STATE = "/var/lib/gpuforge/state"
+SERVICES_GPUFORGE = "/opt/gpuforge/venv/bin/gpuforge"
+
+
+def _active(unit: str = SERVICE) -> bool:
+    return ssh(CONTROLLER, "systemctl", "is-active", "--quiet", unit).returncode == 0
+
+
+def _main_pid() -> int:
+    proc = ssh(CONTROLLER, "systemctl", "show", "--property=MainPID", "--value", SERVICE)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip() or 0)
+
+
 @pytest.fixture(scope="module")
-def collector(
-    lab: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[subprocess.Popen[str]]:
-    """``gpuforge health serve`` on the lab's gateway: breaker of one node per leaf per 10 min."""
-    gateway = lifecycle.load_plan(LAB).gateway
-    log = tmp_path_factory.mktemp("collector") / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                GPUFORGE,
-                "health",
-                "serve",
-                "--inventory",
-                str(lab),
-                "--listen",
-                f"{gateway}:{COLLECTOR_PORT}",
-                "--via",
-                CONTROLLER,
-                # This collector runs on the host, which has no munged with the lab's key: each
-                # credential would cost an SSH connection to the controller, longer than the
-                # nodes' 2 s answer deadline on a loaded machine. The source address alone, as
-                # before credentials, until the collector runs on the services host (issue 28).
-                "--auth",
-                "off",
-                "--max-fraction",
-                "1",
-                "--max-per-leaf",
-                "1",
-                "--window",
-                "600",
-                "--metrics-dir",
-                str(log.parent),
-                "-v",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    try:
-        wait_for(lambda: _listening(gateway, COLLECTOR_PORT), 30, "the collector to listen")
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        LOG.info("collector log:\n%s", log.read_text()[-4000:])
-
-
-def _listening(host: str, port: int) -> bool:
-    import socket  # noqa: PLC0415
-
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
+def collector(lab: Path) -> Iterator[None]:
+    """The collector the deploy runs on the services host (hctl01), as on any cluster: nobody
+    starts it. Its breaker (one node per leaf per 10 min) comes from the lab's site layer."""
+    wait_for(_active, 60, f"{SERVICE} to be active on {CONTROLLER}")
+    yield
+    journal = ssh(CONTROLLER, "journalctl", "--no-pager", "-u", SERVICE, "-n", "60")
+    LOG.info("collector journal:\n%s", journal.stdout[-4000:])
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -324,7 +302,7 @@ def test_rolling_upgrade_keeps_jobs_capacity_and_the_operator_drain(
 
 def test_xid79_is_drained_remediated_by_a_reboot_and_resumed(
     lab: Path,
-    collector: subprocess.Popen[str],
+    collector: None,
     env: dict[str, str],
     tmp_path: Path,
 ) -> None:
@@ -348,9 +326,94 @@ def test_xid79_is_drained_remediated_by_a_reboot_and_resumed(
     _FAULTS.pop(XID_NODE)  # cleared by the reboot; the next file need not carry it
 
 
+GPU_NODES = ("hgpu01", "hgpu02", "hgpu03", "hgpu04")
+#: The node checker's spool of records the collector has not answered (health.yaml state_dir).
+SPOOL = "/var/lib/gpuforge/health/spool"
+
+
+def _spooled(node: str) -> int:
+    proc = ssh(node, "sh", "-c", f"ls {SPOOL} 2>/dev/null | wc -l")
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip() or 0)
+
+
+def _latest_passive(env: dict[str, str], lab: Path, node: str) -> float:
+    proc = run(
+        on_services(env), "health", "history", node, "--inventory", str(lab), "--json", timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    at = json.loads(proc.stdout)["latest"]["passive"]["received"]
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def test_collector_service_survives_sigkill_mid_burst_and_a_restart(
+    lab: Path, collector: None, env: dict[str, str]
+) -> None:
+    """SIGKILL of the collector while every node posts: systemd starts it again, the nodes'
+    spools drain at their next runs, each node's newest record is in the history, and a second
+    collector started by hand beside the service is refused (one writer per history)."""
+    killed = _main_pid()
+    assert killed > 0
+    burst = [
+        subprocess.Popen(
+            lifecycle.ssh_command(
+                LAB,
+                node,
+                ["sh", "-c", "for i in 1 2 3 4 5 6; do /usr/local/sbin/gpuforge-healthcheck; done"],
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for node in GPU_NODES
+    ]
+    time.sleep(1.5)
+    kill = ssh(CONTROLLER, "kill", "-KILL", str(killed))
+    assert kill.returncode == 0, kill.stderr
+    for proc in burst:
+        proc.wait(timeout=600)
+    back = wait_for(
+        lambda: _active() and _main_pid() not in (0, killed),
+        60,
+        "systemd to start the killed collector again",
+        every=1,
+    )
+    assert back
+    restarted = time.time()
+    # what the kill left in the spools goes at each node's next run (HealthCheckInterval)
+    wait_for(
+        lambda: not any(_spooled(n) for n in GPU_NODES),
+        INTERVAL_S * 2 + 30,
+        "the nodes' spools to drain",
+    )
+    for node in GPU_NODES:
+        assert _latest_passive(env, lab, node) >= restarted - 1, node
+    # one writer per history: a collector started by hand on the same state is refused
+    second = ssh(
+        CONTROLLER,
+        "timeout",
+        "30",
+        SERVICES_GPUFORGE,
+        "health",
+        "serve",
+        "--inventory",
+        "/etc/gpuforge/cluster",
+        "--state-dir",
+        SERVICES_STATE,
+        "--listen",
+        "127.0.0.1:9498",
+        timeout=60,
+    )
+    assert second.returncode == 2, (second.returncode, second.stdout, second.stderr)
+    assert "Traceback" not in second.stderr
+    # and a restart of the service is one too
+    restart = ssh(CONTROLLER, "systemctl", "restart", SERVICE, timeout=120)
+    assert restart.returncode == 0, restart.stderr
+    assert _active()
+
+
 def test_never_fault_on_a_whole_leaf_drains_one_and_goes_to_rma(
     lab: Path,
-    collector: subprocess.Popen[str],
+    collector: None,
     env: dict[str, str],
     tmp_path: Path,
 ) -> None:
@@ -366,7 +429,10 @@ def test_never_fault_on_a_whole_leaf_drains_one_and_goes_to_rma(
     (gone,) = out
     (kept,) = [n for n in LEAF_PAIR if n != gone]
     assert rows[gone].reason.startswith("gpuforge:fabric.port:inspect"), rows[gone]
-    history = run(env, "health", "history", kept, "--cluster", LAB, "--json", timeout=60)
+    # read on the services host, where the collector keeps the history (found from the inventory)
+    history = run(
+        on_services(env), "health", "history", kept, "--inventory", str(lab), "--json", timeout=60
+    )
     assert history.returncode == 0, history.stderr
     assert "refused" in history.stdout, history.stdout[-3000:]
 
@@ -380,9 +446,7 @@ def test_never_fault_on_a_whole_leaf_drains_one_and_goes_to_rma(
     assert "drain" in sinfo()[gone].state  # still out: a hand is needed
 
 
-def test_operator_drain_is_untouched_throughout(
-    lab: Path, collector: subprocess.Popen[str]
-) -> None:
+def test_operator_drain_is_untouched_throughout(lab: Path, collector: None) -> None:
     row = sinfo()[OPERATOR_NODE]
     assert "drain" in row.state, row
     assert row.reason == OPERATOR_REASON, row
@@ -390,22 +454,12 @@ def test_operator_drain_is_untouched_throughout(
 
 # ---- monitoring (issue 18): the right alert at the webhook sink, resolved when cleared ----------
 
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
-
 
 @pytest.fixture(scope="module")
-def alert_lab(lab: Path, env: dict[str, str]) -> AlertLab:
-    """Exporters, Prometheus and Alertmanager (with the lab's webhook sink) applied to the lab."""
-    proc = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "playbooks/monitoring.yml"],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+def alert_lab(lab: Path) -> AlertLab:
+    """Exporters, Prometheus and Alertmanager (with the lab's webhook sink): the deploy's."""
+    for unit in ("prometheus", "prometheus-alertmanager"):
+        assert _active(unit), f"the deploy left {unit} inactive on {CONTROLLER}"
     return AlertLab(LAB, SPEC, CONTROLLER, time_scale=0.02)
 
 

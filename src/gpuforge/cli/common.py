@@ -1,21 +1,28 @@
 """What command modules share: the click options every command takes, JSON output, the spec.
 
 One definition per option (``--inventory``, ``--cluster``/CLUSTER, ``--via``, ``--state-dir``,
-``--json``); the cluster they select is built by :mod:`gpuforge.cli.context`.
+``--json``, ``--here``); the cluster they select is built by :mod:`gpuforge.cli.context`.
+:func:`on_services_host` is the one line a command that reads the services' history adds to run
+on the cluster's services host (docs/health.md, "Where the tools run").
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
-from gpuforge.errors import Interrupted
+from gpuforge import services
+from gpuforge.cli.context import given_root
+from gpuforge.errors import InputError, Interrupted
 from gpuforge.resources import project_path
 from gpuforge.state_paths import STATE_DIR_ENV, default_state_dir
 
@@ -75,3 +82,126 @@ via_option = click.option(
     help="Where Slurm's commands run: 'local' on this machine, else HOST (a controller or "
     "login node) over SSH with the inventory's connection settings.",
 )
+
+here_option = click.option(
+    "--here",
+    is_flag=True,
+    help="Run on this machine with this machine's state, though the cluster directory names a "
+    f"services host ({services.GROUP}) that holds the history.",
+)
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+#: What the services host's own values replace when a command runs there.
+_LOCAL_OPTIONS = frozenset({"cluster", "inventory", "state_dir", "report_dir", "here"})
+
+
+def on_services_host(
+    *,
+    when: Callable[[Mapping[str, Any]], bool] | None = None,
+    local_files: Sequence[str] = (),
+    timeout_s: Callable[[Mapping[str, Any]], float] | None = None,
+) -> Callable[[_Command], _Command]:
+    """Run the command on the cluster's services host, unless it is to run here (:func:`remote`).
+
+    Adds ``--here``. ``when``: only for these parameters (``fleet risk``: ``--from-store``).
+    ``local_files``: parameters that name a file on this machine, refused when the command
+    would run there. ``timeout_s``: how long it may take there (default 10 minutes).
+    """
+
+    def decorate(command: _Command) -> _Command:
+        @functools.wraps(command)
+        def run(*args: Any, here: bool, **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            host = None if here or (when and not when(ctx.params)) else remote(ctx)
+            if host is not None:
+                _refuse_local_files(ctx, local_files, host)
+                limit = timeout_s(ctx.params) if timeout_s else services.DEFAULT_TIMEOUT_S
+                services.run_there(host, remote_argv(ctx, host), timeout_s=limit)
+            return command(*args, **kwargs)
+
+        return cast("_Command", here_option(run))
+
+    return decorate
+
+
+def remote(ctx: click.Context) -> services.ServicesHost | None:
+    """The services host a command with these options runs on; None: it runs here.
+
+    It runs there when given a cluster directory (``--inventory``, or ``--cluster``/CLUSTER
+    naming ``inventory/NAME``) whose inventory has a ``gpuforge_services`` host, this machine is
+    not that host (``$GPUFORGE_SERVICES_HOST``), and no state directory was chosen: an explicit
+    ``--state-dir`` or ``$GPUFORGE_STATE_DIR`` names this machine's state, so it runs here.
+    """
+    given_state = ctx.get_parameter_source("state_dir") is ParameterSource.COMMANDLINE
+    if given_state or os.environ.get(STATE_DIR_ENV):
+        return None
+    root = given_root(ctx.params.get("cluster"), ctx.params.get("inventory"))
+    return services.ServicesHost.elsewhere(root)
+
+
+def remote_argv(ctx: click.Context, host: services.ServicesHost) -> list[str]:
+    """The command as given, with the host's cluster directory, state and reports substituted.
+
+    A command that reads Slurm (``--via``) reads it on the services host itself when told to
+    read it there (``--via <that host>``), or not told where and that host is a controller.
+    """
+    path: list[str] = []
+    at: click.Context | None = ctx
+    while at is not None and at.parent is not None:
+        path.insert(0, str(at.info_name))
+        at = at.parent
+    via = ctx.params.get("via")
+    local_slurm = "via" in ctx.params and (
+        via == host.hostname or (via is None and host.controller)
+    )
+    skip = _LOCAL_OPTIONS | {"via"} if local_slurm else _LOCAL_OPTIONS
+    positional, options = given_args(ctx, skip)
+    extra = ["--inventory", host.cluster_dir, "--state-dir", host.state_dir]
+    if "report_dir" in ctx.params:
+        extra += ["--report-dir", host.report_dir]
+    if local_slurm:
+        extra += ["--via", "local"]
+    return [*path, *positional, *options, *extra]
+
+
+def given_args(ctx: click.Context, skip: frozenset[str]) -> tuple[list[str], list[str]]:
+    """The arguments and options given on the command line (not defaults), as argv words."""
+    positional: list[str] = []
+    options: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name is None or name in skip:
+            continue
+        if ctx.get_parameter_source(name) is not ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[name]
+        values = list(value) if param.multiple or param.nargs != 1 else [value]
+        if isinstance(param, click.Argument):
+            positional += [str(v) for v in values]
+        elif isinstance(param, click.Option):
+            options += _option_words(param, values)
+    return positional, options
+
+
+def _option_words(param: click.Option, values: list[Any]) -> list[str]:
+    flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+    if param.count:
+        return [flag] * int(values[0])
+    if param.is_flag:
+        if param.is_bool_flag and not values[0]:
+            return param.secondary_opts[:1]
+        return [flag] if values[0] == param.flag_value or param.is_bool_flag else []
+    return [word for v in values for word in (flag, str(v))]
+
+
+def _refuse_local_files(
+    ctx: click.Context, names: Sequence[str], host: services.ServicesHost
+) -> None:
+    for name in names:
+        if ctx.params.get(name) is not None:
+            option = next(p for p in ctx.command.params if p.name == name)
+            raise InputError(
+                f"{option.opts[-1]} names a file on this machine, but the history is on the "
+                f"services host {host.hostname}: run the command there, or give --here with "
+                "this machine's state"
+            )

@@ -21,6 +21,7 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    on_services_host,
     state_option,
     via_option,
 )
@@ -122,6 +123,7 @@ textfile_option = click.option(
 
 
 @conformance.command("run")
+@on_services_host(timeout_s=lambda params: params["window"] * 60 + 1800)
 @cluster_argument
 @inventory_option
 @click.option(

@@ -6,7 +6,9 @@ package and prints. The context knows the cluster directory, the cluster's name,
 inventory's :class:`~gpuforge.inventory.reader.ClusterView`, the health
 :class:`~gpuforge.health.fleet.Fleet`; each read at most once, when first asked for), the paths
 of its records (:attr:`ClusterContext.state`, built by :func:`state_paths` only) and how to reach
-its Slurm and its admission record.
+its Slurm and its admission record, and the host that runs its services
+(:attr:`ClusterContext.services`, where the commands that read the history run:
+:func:`gpuforge.cli.common.on_services_host`).
 
 Cluster selection is one rule for every command: ``--inventory DIR`` (the cluster directory),
 else ``--cluster NAME`` (or the positional CLUSTER of the commands that had one) meaning
@@ -24,6 +26,7 @@ from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy
 from gpuforge.errors import InputError
 from gpuforge.health.fleet import Fleet
 from gpuforge.inventory.reader import ClusterView, InventoryDir, host_vars
+from gpuforge.services import ServicesHost
 from gpuforge.slurm.control import DEFAULT_TIMEOUT, SlurmClient
 from gpuforge.state_paths import StatePaths
 
@@ -67,6 +70,11 @@ class ClusterContext:
         if self._view is None:
             self._view = ClusterView.load(self.inventory)
         return self._view
+
+    @cached_property
+    def services(self) -> ServicesHost | None:
+        """The host that runs the cluster's services (``gpuforge_services``); None: none."""
+        return ServicesHost.of(self)
 
     @cached_property
     def fleet(self) -> Fleet:
@@ -123,6 +131,14 @@ def cluster_root(cluster: str | None, inventory: Path | None) -> Path:
     if cluster:
         return INVENTORY_ROOT / cluster
     raise InputError("give CLUSTER (inventory/CLUSTER) or --inventory DIR")
+
+
+def given_root(cluster: str | None, inventory: Path | None) -> Path | None:
+    """The cluster directory the options name, or None (none given, both given, no such dir)."""
+    if cluster and inventory:
+        return None
+    root = inventory if inventory is not None else INVENTORY_ROOT / cluster if cluster else None
+    return root if root is not None and root.is_dir() else None
 
 
 def cluster_context(

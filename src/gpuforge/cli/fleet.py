@@ -20,6 +20,7 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    on_services_host,
     state_option,
     via_option,
 )
@@ -120,6 +121,7 @@ def fleet() -> None:
 
 
 @fleet.command("status")
+@on_services_host(local_files=("html_path",))
 @cluster_argument
 @inventory_option
 @via_option

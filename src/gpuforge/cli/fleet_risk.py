@@ -18,7 +18,7 @@ import hostlist
 
 from gpuforge.admission import record_path
 from gpuforge.atomic import atomic_open
-from gpuforge.cli.common import echo_json, json_option, state_option
+from gpuforge.cli.common import echo_json, json_option, on_services_host, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
 from gpuforge.errors import InputError
 from gpuforge.health.fleet import Fleet
@@ -140,6 +140,7 @@ def _dur(seconds: float) -> str:
 
 
 @click.command("risk")
+@on_services_host(when=lambda params: bool(params["from_store"]), local_files=("policy_file",))
 @click.argument("cluster", required=False)
 @inventory_option
 @state_option

@@ -1,8 +1,9 @@
 """``gpuforge health``: the collector nodes push their records to, and a node's history.
 
 ``serve`` runs on the controller (a systemd service; in the lab a background process on the
-lab network's gateway); ``history`` reads the store it writes (docs/health.md, "Controller:
-collector, decisions, history").
+lab network's gateway); ``history`` reads the store it writes, on the services host when the
+cluster directory names one (docs/health.md, "Controller: collector, decisions, history" and
+"Where the tools run").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    on_services_host,
     state_option,
     via_option,
 )
@@ -104,7 +106,7 @@ def _authenticator(
 ) -> Authenticator:
     """The collector's munge check: unmunge here, or on ``via`` over SSH."""
     unmunge = Unmunge(socket=munge_socket)
-    if via is not None:  # the host runs no munged with the cluster's key
+    if via not in (None, "local"):  # the host runs no munged with the cluster's key
         target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
         unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
     sequences = ctx.state.root / SEQUENCE_FILE
@@ -260,8 +262,10 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
 
 
 @health.command("history")
+@on_services_host()
 @click.argument("node")
 @cluster_option
+@inventory_option
 @state_option
 @click.option("--since", help="Only since: a span (7d, 12h) or an ISO time. Default: all kept.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
@@ -270,15 +274,21 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
 def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
     node: str,
     cluster: str | None,
+    inventory: Path | None,
     state_dir: Path,
     since: str | None,
     limit: int,
     counters: bool,
     as_json: bool,
 ) -> None:
-    """Verdict changes and events of NODE, newest first."""
+    """Verdict changes and events of NODE, newest first.
+
+    --cluster names the state's cluster; --inventory, a cluster directory (its cluster). Run on
+    the services host when the cluster directory names one (docs/health.md).
+    """
     start = parse_since(since, time.time()) if since else None
-    with open_history(state_dir, cluster) as store:
+    name = cluster if inventory is None else cluster_context(cluster, inventory, state_dir).name
+    with open_history(state_dir, name) as store:
         latest = store.latest_of(node)
         entries = store.node_history(node, since=start, limit=limit)
         snaps = store.counters(node, since=start) if counters else []

@@ -37,6 +37,10 @@ ROLE_GROUPS = {
     "gpu": "gpu_nodes",
     "storage": "storage",
 }
+#: The hosts of gpuforge's day-2 control plane (roles/gpuforge_services, docs/services.md): the
+#: controllers. A site adds others in its layer's hosts.yml (the first member is the one the tools
+#: and the nodes use).
+SERVICES_GROUP = "gpuforge_services"
 _GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -66,6 +70,7 @@ def groups(
         keys.append(group_name("nodetype", node.node_type))
         for key in keys:
             ordered_extra.setdefault(key, []).append(node.hostname)
+    result[SERVICES_GROUP] = list(result["slurm_controllers"])
     for key in sorted(ordered_extra):
         result[key] = ordered_extra[key]
     for key, members in (extra or {}).items():

@@ -110,8 +110,6 @@ def ansible_cfg(sdir: Path, inventory: InventoryDir) -> str:
 
 #: The simulator's sysfs-shaped tree (gpuforge-sim-sysfs.service, docs/simulator.md).
 SIM_SYSFS = "/var/lib/gpuforge-sim/sys"
-#: Where the lab's collector (`gpuforge health serve`, on the host) listens on the gateway.
-HEALTH_COLLECTOR_PORT = 9477
 
 
 def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
@@ -147,10 +145,9 @@ def site_files(plan: LabPlan, sdir: Path, key: Path) -> dict[str, str]:
     simulator = {
         "node_exporter_path_sysfs": SIM_SYSFS,
         "dcgm_exporter_hostengine": "",
-        # The health checker reads the same tree and reports to `gpuforge health serve`, which
-        # the lab runs on the host: the lab network's gateway.
+        # The health checker reads the same tree (it reports to the services host's collector,
+        # as on any cluster).
         "health_sysfs_root": SIM_SYSFS,
-        "health_collector_url": f"http://{plan.gateway}:{HEALTH_COLLECTOR_PORT}",
         # A lab node reboots as a restarted container: the host's boot_id stays, the start of
         # the container's PID 1 (clock ticks since the host booted) changes. One variable for
         # every reboot gpuforge makes: remediate.yml's and the driver role's.

@@ -107,3 +107,20 @@ def test_fleet_status_groups_nodes(
     data = json.loads(result.output)
     assert data["counts"]["drained"] == {"gpuforge": 1, "operator": 1}
     assert data["counts"]["stale"] == 2
+
+
+@pytest.mark.parametrize(("via", "remote"), [(None, False), ("local", False)])
+def test_serve_decodes_credentials_here_for_via_local(
+    cluster_dir: Path, tmp_path: Path, via: str | None, remote: bool
+) -> None:
+    """``--via local`` (the services unit's) means this machine's munged, as no --via does: not
+    an SSH hop to a host named "local"."""
+    from gpuforge.cli import health as health_cli  # noqa: PLC0415
+    from gpuforge.cli.context import cluster_context  # noqa: PLC0415
+
+    ctx = cluster_context(None, cluster_dir, tmp_path)
+    auth = health_cli._authenticator(ctx, "required", 0, via, None)
+    try:
+        assert (auth.unmunge.runner is not None) is remote
+    finally:
+        auth.close()

@@ -59,7 +59,7 @@ def tree(tmp_path: Path) -> Path:
 
 def test_every_role_readme_is_in_step_with_its_argument_specs() -> None:
     assert role_docs.stale(REPO) == []
-    assert len(role_docs.roles(REPO)) == 20  # remediation joined as a role (issue 31)
+    assert len(role_docs.roles(REPO)) == 21  # gpuforge_services joined (issue 28)
     for role in role_docs.roles(REPO):
         assert role_docs.BEGIN in (role / "README.md").read_text(), role.name
 

@@ -37,7 +37,7 @@ def test_timer_calendar(host):
 
 def test_service_runs_conformance(host):
     unit = host.file("/etc/systemd/system/gpuforge-conformance.service").content_string
-    assert "conformance run --inventory /etc/gpuforge/inventory --level quick --via local" in unit
+    assert "conformance run --inventory /etc/gpuforge/cluster --level quick --via local" in unit
 
 
 def test_expected_state_recorded(host):
