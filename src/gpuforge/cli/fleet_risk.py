@@ -3,11 +3,13 @@
 ``export-history`` writes the state store's history in the documented JSON Lines format;
 ``risk`` reads a history (a file, the store, or Prometheus), ranks the nodes with reasons,
 reports facility findings, and optionally drains the top nodes (``--drain-top``) or scores past
-predictions (``--scorecard``).
+predictions (``--scorecard``); ``--report-dir`` and ``--textfile`` keep what the nightly run
+found (its report, its node_exporter metrics).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from gpuforge.admission import record_path
 from gpuforge.atomic import atomic_open
 from gpuforge.cli.common import echo_json, json_option, on_services_host, state_option
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
-from gpuforge.errors import InputError
+from gpuforge.errors import InputError, OperationError
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict import act, calibration, nightly, policy
@@ -36,6 +38,7 @@ from gpuforge.predict.history import (
 from gpuforge.predict.score import RiskReport, score_history
 from gpuforge.predict.signals import Window
 from gpuforge.predict.sources import from_prometheus, from_store
+from gpuforge.textfile import write as write_textfile
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 parse_duration = policy.parse_duration
@@ -195,6 +198,19 @@ def _dur(seconds: float) -> str:
 )
 @click.option("--scorecard", is_flag=True, help="Report the precision of past predictions, and "
               "the calibration on a labelled history (failures after --at).")  # fmt: skip
+@click.option(
+    "--report-dir",
+    "risk_report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write the --json document to DIR/risk-<UTC time>.json (its path on stderr); a "
+    "path on the machine the command runs on (the services host with --from-store).",
+)
+@click.option(
+    "--textfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the run's Prometheus textfile metrics here (node_exporter's textfile "
+    "directory, a .prom name; a path on the machine the command runs on).",
+)
 @json_option
 def risk(  # noqa: PLR0917 - one parameter per CLI option
     cluster: str | None,
@@ -218,6 +234,8 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     max_fraction: float,
     policy_file: Path | None,
     scorecard: bool,
+    risk_report_dir: Path | None,
+    textfile: Path | None,
     as_json: bool,
 ) -> None:
     """Rank the nodes most likely to fail within the horizon, with reasons.
@@ -230,6 +248,9 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
         raise InputError("give exactly one of --history FILE, --from-store, --prometheus URL")
     if policy_file is not None and drain_top is not None:
         raise InputError("give --policy FILE or --drain-top N, not both")
+    if scorecard and (risk_report_dir is not None or textfile is not None):
+        raise InputError("--report-dir and --textfile keep a ranking: not with --scorecard")
+    started = time.time()
     rules = policy.load(policy_file) if policy_file is not None else None
     window_s = rules.window_s if rules else parse_duration(window, "--window")
     horizon_s = rules.horizon_s if rules else parse_duration(horizon, "--horizon")
@@ -265,13 +286,19 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
             report, fleet, slurm_client(via, root), state_dir,
             policy=rules.drain if rules else None, request=request,
         )  # fmt: skip
+    data = report.to_dict()
+    if acting:
+        data["drains"] = [o.to_dict() for o in outcomes]
+    if rules is not None:
+        data["policy"] = {"file": rules.source, "drained_tonight_before": already}
+    # the --json document, byte for byte (echo_json's form)
+    document = json.dumps(data, indent=2, sort_keys=True, default=str)
+    _keep(
+        document, report, outcomes, risk_report_dir, textfile,
+        shadow=rules.drain.shadow if rules is not None else shadow, limit=limit, now=started,
+    )  # fmt: skip
     if as_json:
-        data = report.to_dict()
-        if acting:
-            data["drains"] = [o.to_dict() for o in outcomes]
-        if rules is not None:
-            data["policy"] = {"file": rules.source, "drained_tonight_before": already}
-        echo_json(data)
+        click.echo(document)
         return
     _echo_report(report, limit)
     if rules is not None:
@@ -283,6 +310,37 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
         )
     for o in outcomes:
         click.echo(f"drain-top {o.node}: {o.action} {o.reason} ({o.detail})")
+
+
+def _keep(
+    document: str,
+    report: RiskReport,
+    outcomes: list[act.DrainOutcome],
+    report_dir: Path | None,
+    textfile: Path | None,
+    *,
+    shadow: bool,
+    limit: int,
+    now: float,
+) -> None:
+    """The run's report (``--report-dir``) and textfile metrics (``--textfile``), when asked.
+
+    Both paths are on the machine the command runs on: a delegated run (the services host's
+    history) gets them unchanged, as given (the nightly unit runs on the services host itself).
+    A file that cannot be written is an error (exit 1) after the drains were made and recorded.
+    """
+    if report_dir is not None:
+        try:
+            path = nightly.write_report(report_dir, document, now=now)
+        except OSError as exc:
+            raise OperationError(f"--report-dir {report_dir}: {exc.strerror or exc}") from None
+        click.echo(f"risk report: {path}", err=True)
+    if textfile is not None:
+        families = nightly.metrics(report, outcomes, shadow=shadow, limit=limit, now=now)
+        try:
+            write_textfile(textfile, families)
+        except OSError as exc:
+            raise OperationError(f"--textfile {textfile}: {exc.strerror or exc}") from None
 
 
 def _load(  # noqa: PLR0917 - the sources' inputs

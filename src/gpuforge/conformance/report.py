@@ -23,6 +23,7 @@ from gpuforge.node import filediff
 from gpuforge.node.drift import CHECK as DRIFT_CHECK
 from gpuforge.reporting import render_page
 from gpuforge.reporting.junit import Case, Suite, to_junit
+from gpuforge.textfile import Family, render
 
 #: Failures within this many days that make a node a repeat offender (two or more).
 REPEAT_DAYS = 7.0
@@ -428,27 +429,32 @@ def metrics(changes: Changes, now: float | None = None) -> str:
     """Controller-side textfile metrics of the run (node_exporter's textfile collector)."""
     at = time.time() if now is None else now
     counts = changes.counts()
-    lines = [
-        "# HELP gpuforge_conformance_fleet_nodes Nodes per outcome of the last conformance run.",
-        "# TYPE gpuforge_conformance_fleet_nodes gauge",
-        *(
-            f'gpuforge_conformance_fleet_nodes{{outcome="{o}"}} {counts.get(o, 0)}'
-            for o in _OUTCOMES
-        ),
-        "# HELP gpuforge_conformance_fleet_drift_items Drifted items per kind, last run.",
-        "# TYPE gpuforge_conformance_fleet_drift_items gauge",
-        *(
-            f'gpuforge_conformance_fleet_drift_items{{kind="{k}"}} {v}'
-            for k, v in sorted(changes.drift_by_kind.items())
-        ),
-        "# HELP gpuforge_conformance_fleet_run_partial 1 when the last run was cut short.",
-        "# TYPE gpuforge_conformance_fleet_run_partial gauge",
-        f"gpuforge_conformance_fleet_run_partial {int(changes.run.state == 'partial')}",
-        "# HELP gpuforge_conformance_fleet_last_run_timestamp_seconds End of the last run.",
-        "# TYPE gpuforge_conformance_fleet_last_run_timestamp_seconds gauge",
-        f"gpuforge_conformance_fleet_last_run_timestamp_seconds {changes.run.finished or at:.0f}",
-    ]
-    return "\n".join(lines) + "\n"
+    return render(
+        [
+            Family(
+                "gpuforge_conformance_fleet_nodes",
+                "Nodes per outcome of the last conformance run.",
+                "gauge",
+                [({"outcome": o}, counts.get(o, 0)) for o in _OUTCOMES],
+            ),
+            Family(
+                "gpuforge_conformance_fleet_drift_items",
+                "Drifted items per kind, last run.",
+                "gauge",
+                [({"kind": k}, v) for k, v in sorted(changes.drift_by_kind.items())],
+            ),
+            Family.single(
+                "gpuforge_conformance_fleet_run_partial",
+                "1 when the last run was cut short.",
+                int(changes.run.state == "partial"),
+            ),
+            Family.single(
+                "gpuforge_conformance_fleet_last_run_timestamp_seconds",
+                "End of the last run.",
+                round(changes.run.finished or at),
+            ),
+        ]
+    )
 
 
 def write(changes: Changes, out_dir: Path, *, textfile: Path | None = None) -> dict[str, Path]:

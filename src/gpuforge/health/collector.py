@@ -70,6 +70,7 @@ from gpuforge.node.record import from_dict
 from gpuforge.rollout.lock import LockHeld, cluster_lock, holder
 from gpuforge.slurm import control
 from gpuforge.state_paths import collector_lock_of
+from gpuforge.textfile import Family, render
 
 log = logging.getLogger(__name__)
 
@@ -482,27 +483,35 @@ class Collector:
             counts = dict(self.counts)
             future = sorted(self.future_dated.items())
         dropped = dict(self.events.dropped)
-        out = [
-            "# HELP gpuforge_collector_refused_records_total Records refused, by why "
-            "(malformed, forged, future-dated).",
-            "# TYPE gpuforge_collector_refused_records_total counter",
-            *(f'gpuforge_collector_refused_records_total{{why="{k}"}} {counts[k]}'
-              for k in ("malformed", "forged", "future")),
-            "# HELP gpuforge_collector_malformed_requests_total HTTP requests refused before a "
-            "record was read (framing, size, path, method).",
-            "# TYPE gpuforge_collector_malformed_requests_total counter",
-            f"gpuforge_collector_malformed_requests_total {counts['http']}",
-            "# HELP gpuforge_collector_events_dropped_total Events not stored, by the cap that "
-            "dropped them.",
-            "# TYPE gpuforge_collector_events_dropped_total counter",
-            *(f'gpuforge_collector_events_dropped_total{{limit="{k}"}} {v}'
-              for k, v in sorted(dropped.items())),
-            "# HELP gpuforge_collector_future_records_total Records refused as dated ahead of "
-            "the collector's clock, by node (the node's clock is wrong).",
-            "# TYPE gpuforge_collector_future_records_total counter",
-            *(f'gpuforge_collector_future_records_total{{node="{n}"}} {v}' for n, v in future),
-        ]  # fmt: skip
-        return "\n".join(out) + "\n"
+        return render(
+            [
+                Family(
+                    "gpuforge_collector_refused_records_total",
+                    "Records refused, by why (malformed, forged, future-dated).",
+                    "counter",
+                    [({"why": k}, counts[k]) for k in ("malformed", "forged", "future")],
+                ),
+                Family.single(
+                    "gpuforge_collector_malformed_requests_total",
+                    "HTTP requests refused before a record was read (framing, size, path, method).",
+                    counts["http"],
+                    "counter",
+                ),
+                Family(
+                    "gpuforge_collector_events_dropped_total",
+                    "Events not stored, by the cap that dropped them.",
+                    "counter",
+                    [({"limit": k}, v) for k, v in sorted(dropped.items())],
+                ),
+                Family(
+                    "gpuforge_collector_future_records_total",
+                    "Records refused as dated ahead of the collector's clock, by node (the node's "
+                    "clock is wrong).",
+                    "counter",
+                    [({"node": n}, v) for n, v in future],
+                ),
+            ]
+        )
 
     def _tick(self) -> None:
         while not self._stop.wait(60.0):

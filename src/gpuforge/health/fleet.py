@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.admission import AdmissionRecord, is_ours
-from gpuforge.atomic import write_atomic
 from gpuforge.errors import InputError
 from gpuforge.history.store import VERDICTS, HistoryStore, LatestRow, iso
 from gpuforge.inventory.reader import InventoryDir
 from gpuforge.slurm.control import SlurmNode
+from gpuforge.textfile import Family, render, write
 from gpuforge.validate.xid_catalogue import Action
 
 #: Seconds between two passive records of a node (the slurm role's HealthCheckInterval).
@@ -253,38 +253,52 @@ def breaker_state(record: AdmissionRecord, *, now: float, window_s: float) -> Br
 
 def controller_metrics(status: FleetStatus | None, breaker: BreakerState | None) -> str:
     """The controller's textfile: the names docs/health.md fixes, in Prometheus text format."""
-    lines: list[str] = []
-
-    def gauge(name: str, help_text: str, kind: str = "gauge") -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-
+    families: list[Family] = []
     if breaker is not None:
-        gauge(
-            "gpuforge_health_breaker_open",
-            "1 while the circuit breaker refused a drain in its window.",
-        )
-        lines.append(f"gpuforge_health_breaker_open {int(breaker.open)}")
-        gauge(
-            "gpuforge_health_refused_drains_total", "Health drains the breaker refused.", "counter"
-        )
-        lines.append(f"gpuforge_health_refused_drains_total {breaker.refused_total}")
+        families += [
+            Family.single(
+                "gpuforge_health_breaker_open",
+                "1 while the circuit breaker refused a drain in its window.",
+                int(breaker.open),
+            ),
+            Family.single(
+                "gpuforge_health_refused_drains_total",
+                "Health drains the breaker refused.",
+                breaker.refused_total,
+                "counter",
+            ),
+        ]
     if status is not None:
-        gauge("gpuforge_fleet_nodes", "GPU nodes by the verdict of their latest record.")
-        for verdict, nodes in status.by_verdict().items():
-            lines.append(f'gpuforge_fleet_nodes{{verdict="{verdict}"}} {len(nodes)}')
+        families.append(
+            Family(
+                "gpuforge_fleet_nodes",
+                "GPU nodes by the verdict of their latest record.",
+                "gauge",
+                [({"verdict": v}, len(nodes)) for v, nodes in status.by_verdict().items()],
+            )
+        )
         if status.slurm_read:
-            gauge("gpuforge_fleet_drained_nodes", "Drained GPU nodes by who drained them.")
-            for by, nodes in status.drained().items():
-                lines.append(f'gpuforge_fleet_drained_nodes{{by="{by}"}} {len(nodes)}')
-        gauge("gpuforge_fleet_stale_nodes", "GPU nodes without a record for 3 intervals.")
-        lines.append(f"gpuforge_fleet_stale_nodes {len(status.stale)}")
-    return "\n".join(lines) + "\n"
+            families.append(
+                Family(
+                    "gpuforge_fleet_drained_nodes",
+                    "Drained GPU nodes by who drained them.",
+                    "gauge",
+                    [({"by": by}, len(nodes)) for by, nodes in status.drained().items()],
+                )
+            )
+        families.append(
+            Family.single(
+                "gpuforge_fleet_stale_nodes",
+                "GPU nodes without a record for 3 intervals.",
+                len(status.stale),
+            )
+        )
+    return render(families) or "\n"
 
 
 def write_textfile(directory: Path, text: str, name: str = TEXTFILE_NAME) -> Path:
     """Write ``text`` as ``directory/name`` atomically (node_exporter never reads half a file)."""
-    return write_atomic(directory / name, text, mode=0o644)
+    return write(directory / name, text)
 
 
 def action_counts(status: FleetStatus) -> Counter[str]:

@@ -28,6 +28,7 @@ INTERPRETER = "/usr/bin/python3"
 MODULES = (
     "__init__.py",
     "atomic.py",
+    "textfile.py",
     "errors.py",
     "validate/__init__.py",
     "validate/catalogue.py",

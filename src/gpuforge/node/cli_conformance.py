@@ -24,6 +24,7 @@ from gpuforge.node import state as st
 from gpuforge.node.commands import Budget, Runner
 from gpuforge.node.probes import DCGM_BUDGET_S, TIERS, Probe, gpu_dcgm_diag, skip
 from gpuforge.node.record import from_dict
+from gpuforge.textfile import write
 
 HELP = "one nightly conformance task: passive checks, drift, one record to the collector"
 #: The passive checks' share of the task (they have their own 10 s budget on a lab node).
@@ -76,9 +77,7 @@ def main(args: argparse.Namespace) -> int:
     )
     record = from_dict(raw, "conformance record")
     output.write_last(config, record)
-    st.write_atomic(
-        config.textfile_dir / "gpuforge_conformance.prom", drift.metrics_text(raw, time.time())
-    )
+    write(config.textfile_dir / "gpuforge_conformance.prom", drift.metrics_text(raw, time.time()))
     sent = "not sent"
     if not args.no_send:
         output.spool(config, record, state)

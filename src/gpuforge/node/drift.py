@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuforge.node import filediff, record
+from gpuforge.textfile import Family, render
 from gpuforge.validate import checks
 from gpuforge.validate.result import Status
 
@@ -639,15 +640,23 @@ def metrics_text(record: Mapping[str, Any], now: float) -> str:
     counts = dict.fromkeys(KINDS, 0)
     for item in record.get("drift", []):
         counts[str(item.get("kind"))] = counts.get(str(item.get("kind")), 0) + 1
-    lines = [
-        "# HELP gpuforge_conformance_drift_items Drifted items per kind, last conformance run.",
-        "# TYPE gpuforge_conformance_drift_items gauge",
-        *(f'gpuforge_conformance_drift_items{{kind="{k}"}} {v}' for k, v in sorted(counts.items())),
-        "# HELP gpuforge_conformance_last_run_timestamp_seconds End of the last conformance run.",
-        "# TYPE gpuforge_conformance_last_run_timestamp_seconds gauge",
-        f"gpuforge_conformance_last_run_timestamp_seconds {now:.0f}",
-        "# HELP gpuforge_conformance_status Verdict: 0 pass, 1 warn, 2 fail, 3 error.",
-        "# TYPE gpuforge_conformance_status gauge",
-        f"gpuforge_conformance_status {_STATUS_CODE.get(str(record.get('verdict')), 3)}",
-    ]
-    return "\n".join(lines) + "\n"
+    return render(
+        [
+            Family(
+                "gpuforge_conformance_drift_items",
+                "Drifted items per kind, last conformance run.",
+                "gauge",
+                [({"kind": k}, v) for k, v in sorted(counts.items())],
+            ),
+            Family.single(
+                "gpuforge_conformance_last_run_timestamp_seconds",
+                "End of the last conformance run.",
+                round(now),
+            ),
+            Family.single(
+                "gpuforge_conformance_status",
+                "Verdict: 0 pass, 1 warn, 2 fail, 3 error.",
+                _STATUS_CODE.get(str(record.get("verdict")), 3),
+            ),
+        ]
+    )

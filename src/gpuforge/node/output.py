@@ -36,6 +36,7 @@ from gpuforge.node.commands import Budget, Runner, ToolError
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.record import Record
 from gpuforge.node.state import State, Streak, write_atomic
+from gpuforge.textfile import Family, Sample, render, write
 
 #: Metric encoding of a status (skip is not written).
 STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
@@ -68,13 +69,6 @@ def write_last(config: HealthConfig, record: Record) -> Path:
     return path
 
 
-def _labels(**labels: str) -> str:
-    def esc(value: str) -> str:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
-
-
 def metrics_text(
     record: Record, config: HealthConfig, state: State, *, spooled: int, now: float
 ) -> str:
@@ -84,19 +78,17 @@ def metrics_text(
     drain requested) and the spool's: one file per series, or node_exporter rejects duplicates.
     """
     tier = record.tier
-    out: list[str] = []
+    out: list[Family] = []
 
-    def family(name: str, help_text: str, kind: str, rows: Sequence[tuple[str, float]]) -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{labels} {value:g}" for labels, value in rows)
+    def family(name: str, help_text: str, kind: str, rows: Sequence[Sample]) -> None:
+        out.append(Family(name, help_text, kind, rows))
 
     family(
         "gpuforge_health_check_status",
         "Last status of a health check: 0 pass, 1 warn, 2 fail, 3 error.",
         "gauge",
         [
-            (_labels(tier=tier, check=c.check), STATUS_VALUE[c.status])
+            ({"tier": tier, "check": c.check}, STATUS_VALUE[c.status])
             for c in record.checks
             if c.status in STATUS_VALUE
         ],
@@ -105,47 +97,47 @@ def metrics_text(
         "gpuforge_health_verdict",
         "Verdict of the last run of a tier: 0 pass, 1 warn, 2 fail, 3 error.",
         "gauge",
-        [(_labels(tier=tier), STATUS_VALUE[record.verdict])],
+        [({"tier": tier}, STATUS_VALUE[record.verdict])],
     )
     family(
         "gpuforge_health_last_run_timestamp_seconds",
         "When the tier last ran (Unix time).",
         "gauge",
-        [(_labels(tier=tier), round(now, 3))],
+        [({"tier": tier}, round(now, 3))],
     )
     family(
         "gpuforge_health_run_duration_seconds",
         "Wall time of the tier's last run.",
         "gauge",
-        [(_labels(tier=tier), record.duration_s)],
+        [({"tier": tier}, record.duration_s)],
     )
     if tier == "passive":
         family(
             "gpuforge_health_check_shadow",
             "1 when the check runs in shadow mode (recorded, never drains).",
             "gauge",
-            [(_labels(check=name), 1 if config.check(name).shadow else 0) for name in CHECKS],
+            [({"check": name}, 1 if config.check(name).shadow else 0) for name in CHECKS],
         )
         latched = _latched(state.streaks)
         family(
             "gpuforge_health_drain_requested",
             "1 while the node asks the collector to drain it for this check.",
             "gauge",
-            [(_labels(check=name, action=s.action or "quarantine"), 1) for name, s in latched],
+            [({"check": name, "action": s.action or "quarantine"}, 1) for name, s in latched],
         )
         family(
             "gpuforge_health_spool_records",
             "Records waiting in the spool for the collector.",
             "gauge",
-            [("", spooled)],
+            [({}, spooled)],
         )
         family(
             "gpuforge_health_spool_dropped_total",
             "Records dropped from a full spool.",
             "counter",
-            [("", state.spool_dropped)],
+            [({}, state.spool_dropped)],
         )
-    return "\n".join(out) + "\n"
+    return render(out)
 
 
 def _latched(streaks: Mapping[str, Streak]) -> list[tuple[str, Streak]]:
@@ -157,9 +149,7 @@ def write_metrics(
 ) -> Path:
     """``<textfile_dir>/gpuforge_<tier>.prom``, atomically."""
     path = config.textfile_dir / f"gpuforge_{record.tier}.prom"
-    text = metrics_text(record, config, state, spooled=spooled, now=now or time.time())
-    write_atomic(path, text)
-    return path
+    return write(path, metrics_text(record, config, state, spooled=spooled, now=now or time.time()))
 
 
 # --- spool and delivery --------------------------------------------------------------------------

@@ -4,17 +4,21 @@ What ``gpuforge fleet risk --drain-top N`` and ``--policy FILE`` (the nightly ra
 services host runs) share: the :class:`~gpuforge.admission.Admission` of the cluster with the
 health collector's breaker limits, the per-night budget of a policy (predicted drains already
 made in the last 24 h, read from the admission record, count against ``max_per_night``), and the
-``drain`` event each drain writes to the cluster's history store, so the scorecard sees it.
+``drain`` event each drain writes to the cluster's history store, so the scorecard sees it; and
+what the nightly run leaves behind: its report (:func:`write_report`, ``risk-<UTC>.json``) and its
+node_exporter textfile metrics (:func:`metrics`, through :mod:`gpuforge.textfile`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, record_path
+from gpuforge.atomic import write_atomic
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import HistoryStore, history_path
@@ -25,11 +29,16 @@ from gpuforge.predict.policy import DrainPolicy
 from gpuforge.predict.score import PREDICTED_PREFIX, RiskReport, score_history
 from gpuforge.predict.signals import Window
 from gpuforge.slurm.control import SlurmClient
+from gpuforge.textfile import Family
 
 #: A night: the span over which ``max_per_night`` counts predicted drains.
 NIGHT_S = 86_400.0
 #: The admission source of predicted drains.
 SOURCE = "predict"
+#: What a drain outcome says (:class:`~gpuforge.predict.act.DrainOutcome`), every one a series.
+OUTCOMES = ("drain", "refused", "busy", "skipped", "none")
+#: A report's file name: ``risk-<UTC time of the run>.json``.
+REPORT_NAME = "risk-{:%Y%m%dT%H%M%SZ}.json"
 
 
 @dataclass(frozen=True)
@@ -190,3 +199,76 @@ def scorecard(
         return card, None
     report = score_history(history, window, horizon_s=horizon_s)
     return card, evaluate(report, failed, threshold=threshold)
+
+
+def write_report(directory: Path, document: str, *, now: float) -> Path:
+    """``document`` (the ``--json`` text) as ``directory/risk-<UTC now>.json``, atomically."""
+    name = REPORT_NAME.format(datetime.fromtimestamp(now, UTC))
+    text = document if document.endswith("\n") else document + "\n"
+    return write_atomic(directory / name, text)
+
+
+def metrics(
+    report: RiskReport,
+    outcomes: Sequence[act.DrainOutcome],
+    *,
+    shadow: bool,
+    limit: int,
+    now: float,
+) -> list[Family]:
+    """The run's textfile metrics (docs/predictive.md, "The nightly run's files").
+
+    Per-node scores for the ``limit`` highest-ranked nodes with findings and every node the run
+    acted on (bounded: never the whole fleet); drain outcomes per action for both modes, the
+    run's mode counted, the other zero, so the series stay when the policy leaves shadow.
+    """
+    at_risk = [r for r in report.ranked if r.score > 0]
+    shown = {r.node: r.score for r in at_risk[:limit]}
+    shown.update((o.node, o.score) for o in outcomes if o.node not in shown)
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for o in outcomes:
+        counts[o.action] = counts.get(o.action, 0) + 1
+    mode = "shadow" if shadow else "live"
+    return [
+        Family.single(
+            "gpuforge_predict_last_run_timestamp_seconds",
+            "When the predictive ranking last ran (Unix time).",
+            round(now),
+        ),
+        Family.single(
+            "gpuforge_predict_scored_at_timestamp_seconds",
+            "The time the last ranking scored the fleet as of (--at; Unix time).",
+            round(report.at),
+        ),
+        Family(
+            "gpuforge_predict_nodes",
+            "Nodes of the last ranking: scored, with findings, too little data to score.",
+            "gauge",
+            [
+                ({"state": "scored"}, len(report.ranked)),
+                ({"state": "with_findings"}, len(at_risk)),
+                ({"state": "insufficient_data"}, len(report.insufficient)),
+            ],
+        ),
+        Family.single(
+            "gpuforge_predict_facility_findings",
+            "Facility findings (racks or leaves degrading together) of the last ranking.",
+            len(report.groups),
+        ),
+        Family(
+            "gpuforge_predict_node_score",
+            "Risk score (0-1) of the top-ranked nodes and of those the last run acted on.",
+            "gauge",
+            [({"node": node}, round(float(score), 4)) for node, score in shown.items()],
+        ),
+        Family(
+            "gpuforge_predict_drains",
+            "Drain outcomes of the last run, by action and mode (shadow: decided, not made).",
+            "gauge",
+            [
+                ({"mode": m, "action": a}, n if m == mode else 0)
+                for m in ("live", "shadow")
+                for a, n in counts.items()
+            ],
+        ),
+    ]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shutil
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -138,9 +142,10 @@ def test_export_history_from_the_store_reads_back(tmp_path: Path) -> None:
     assert risk.exit_code == 0, risk.output
 
 
-def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
+def _degrading_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[Path, Path, FakeSlurm, str]:
+    """The lab's inventory, a store where gpu01 and gpu02 degrade (gpu02 busy), Slurm faked."""
     root = tmp_path / "lab"
     write_cluster_inventory(load_cluster(LAB), root)
     state = tmp_path / "state"
@@ -155,7 +160,13 @@ def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
                             "gpu/4/remapped_rows_correctable": rows}  # fmt: skip
                 store.ingest([record(f"gpu{i:02d}", at=T0 + hour * 3600, counters=counters)])
     monkeypatch.setattr(fleet_risk, "slurm_client", lambda *_: SlurmClient(slurm, "ctl01"))
-    at = format_time(T0 + 48 * 3600)
+    return root, state, slurm, format_time(T0 + 48 * 3600)
+
+
+def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, state, slurm, at = _degrading_store(tmp_path, monkeypatch)
     args = ["fleet", "risk", "--from-store", "--inventory", str(root), "--state-dir", str(state),
             "--at", at, "--window", "2d", "--drain-top", "2", "--json"]  # fmt: skip
     result = CliRunner().invoke(main, args)
@@ -181,3 +192,86 @@ def test_from_store_drain_top_drains_the_idle_degrading_node_and_records_it(
     card = CliRunner().invoke(main, [*args[:9], "--scorecard", "--json"])
     counts = json.loads(card.output)["counts"]
     assert (counts["false_alarm"], counts["pending"]) == (1, 0), "one prediction, counted once"
+
+
+def _promtool_accepts(text: str) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: run make system-deps"  # a missing tool fails
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_nightly_run_keeps_its_report_and_metrics_in_shadow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, state, slurm, at = _degrading_store(tmp_path, monkeypatch)
+    policy = tmp_path / "predict.yaml"
+    policy.write_text("version: 1\nwindow: 2d\ndrain:\n  threshold: 0.1\n  max_fraction: 1.0\n")
+    reports, prom = tmp_path / "reports", tmp_path / "textfile" / "gpuforge_predict.prom"
+    args = ["fleet", "risk", "--from-store", "--inventory", str(root), "--state-dir", str(state),
+            "--at", at, "--policy", str(policy), "--report-dir", str(reports),
+            "--textfile", str(prom), "--json"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (path,) = reports.iterdir()
+    assert re.fullmatch(r"risk-\d{8}T\d{6}Z\.json", path.name)
+    assert result.stderr == f"risk report: {path}\n"
+    assert path.read_text() == result.stdout, "the --json document, byte for byte"
+    data = json.loads(path.read_text())
+    assert data["policy"]["drained_tonight_before"] == 0
+    assert [(d["node"], d["action"]) for d in data["drains"]] == [
+        ("gpu01", "drain"),
+        ("gpu02", "busy"),
+    ]
+    assert slurm.nodes["gpu01"] == ("IDLE", ""), "shadow: nothing changed"
+    text = prom.read_text()
+    _promtool_accepts(text)
+    assert 'gpuforge_predict_drains{mode="shadow",action="drain"} 1\n' in text
+    assert 'gpuforge_predict_drains{mode="shadow",action="busy"} 1\n' in text
+    assert 'gpuforge_predict_drains{mode="live",action="drain"} 0\n' in text
+    assert 'gpuforge_predict_nodes{state="scored"} 8\n' in text
+    assert 'gpuforge_predict_node_score{node="gpu01"} ' in text
+    stamp = datetime.strptime(path.name, "risk-%Y%m%dT%H%M%SZ.json").replace(tzinfo=UTC)
+    assert f"gpuforge_predict_last_run_timestamp_seconds {stamp.timestamp():.0f}\n" in text
+
+
+def test_the_textfile_lists_at_most_limit_nodes_and_no_drain_without_acting(
+    tmp_path: Path,
+) -> None:
+    path = _history_file(tmp_path)
+    prom = tmp_path / "risk.prom"
+    result = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--limit", "0", "--textfile", str(prom)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "gpuforge_predict_node_score{" not in prom.read_text()
+    assert result.stdout.splitlines()[0].startswith("fleet risk at"), "the text output stays"
+    shown = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--textfile", str(prom)]
+    )
+    assert shown.exit_code == 0, shown.output
+    text = prom.read_text()
+    assert re.findall(r'gpuforge_predict_node_score\{node="([^"]+)"\}', text) == ["gpu07"]
+    assert not re.search(r"gpuforge_predict_drains\{[^}]*\} [1-9]", text)
+    _promtool_accepts(text)
+
+
+def test_report_dir_and_textfile_are_refused_with_scorecard_and_unwritable_is_one_line(
+    tmp_path: Path,
+) -> None:
+    path = _history_file(tmp_path)
+    refused = CliRunner().invoke(
+        main, ["fleet", "risk", "--history", str(path), "--scorecard", "--textfile", "x.prom"]
+    )
+    assert refused.exit_code == 2 and "not with --scorecard" in refused.output
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for option in ("--report-dir", "--textfile"):
+        target = blocker / "below" / "x.prom"
+        failed = CliRunner().invoke(
+            main, ["fleet", "risk", "--history", str(path), option, str(target)]
+        )
+        assert failed.exit_code == 1, failed.output
+        assert failed.stderr.startswith(f"error: {option} {target}: ")
+        assert len(failed.stderr.splitlines()) == 1 and "Traceback" not in failed.output

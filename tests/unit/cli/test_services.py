@@ -225,6 +225,25 @@ def test_fleet_risk_from_the_store_runs_there_a_history_file_here(
     assert not ssh_log.exists()
 
 
+def test_fleet_risk_s_report_dir_and_textfile_go_there_unchanged(
+    tmp_path: Path, ssh_log: Path, echo_gpuforge: Path
+) -> None:
+    # Paths on the services host, where the nightly unit runs: not this machine's, not the
+    # services host's conformance report directory.
+    root = _cluster(tmp_path / "lab")
+    _host_vars(root, "ctl01", gpuforge_services_gpuforge=str(echo_gpuforge),
+               gpuforge_services_report_dir="/srv/reports")  # fmt: skip
+    kept = ["--report-dir", "/var/lib/gpuforge/risk", "--textfile", "/srv/ne/risk.prom"]
+    there = run("fleet", "risk", "--from-store", "--inventory", root, *kept)
+    assert there.exit_code == 3
+    assert there.stdout.splitlines()[0] == (
+        "remote argv: fleet risk --from-store --report-dir /var/lib/gpuforge/risk --textfile "
+        "/srv/ne/risk.prom --inventory /etc/gpuforge/cluster "
+        "--state-dir /var/lib/gpuforge/state --via local"
+    )
+    assert not (tmp_path / "var").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "env"),
     [
