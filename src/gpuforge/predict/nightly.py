@@ -233,7 +233,7 @@ def metrics(
         Family.single(
             "gpuforge_predict_last_run_timestamp_seconds",
             "When the predictive ranking last ran (Unix time).",
-            round(now),
+            int(now),  # whole seconds down, as the report's file name has them
         ),
         Family.single(
             "gpuforge_predict_scored_at_timestamp_seconds",

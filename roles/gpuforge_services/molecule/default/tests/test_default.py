@@ -66,3 +66,11 @@ def test_collector_started_again_after_sigkill(host):
     else:
         pytest.fail(f"{UNIT} was not started again after SIGKILL")
     assert _healthz(host)["status"] == "ok"
+
+
+def test_nightly_ranking_timer_enabled_in_shadow(host):
+    assert host.service("gpuforge-risk.timer").is_enabled
+    unit = host.file("/etc/systemd/system/gpuforge-risk.service").content_string
+    assert "--from-store --policy /etc/gpuforge/predict.yaml" in unit
+    policy = host.file("/etc/gpuforge/predict.yaml").content_string
+    assert "shadow: false" not in policy
