@@ -7,6 +7,7 @@ default ``state/`` or ``$GPUFORGE_STATE_DIR``)::
     rollout.lock      one operator at a time (gpuforge.rollout.lock), beside it rollout.play
     admission.db      maintenance windows and admission actions (gpuforge.admission)
     history.db        the health history and conformance runs (gpuforge.history)
+    collector.lock    its one collector (one writer of records per history; gpuforge.health)
     conformance.lock  one nightly conformance run at a time
 
 and its reports under ``<report dir>/<cluster>/`` (``--report-dir``, default ``reports/``), one
@@ -32,11 +33,17 @@ ADMISSION_DB = "admission.db"
 HISTORY_DB = "history.db"
 ROLLOUT_LOCK = "rollout.lock"
 CONFORMANCE_LOCK = "conformance.lock"
+COLLECTOR_LOCK = "collector.lock"
 
 
 def play_record_of(lock: Path) -> Path:
     """Where the holder of ``lock`` records its play's process group: ``<lock stem>.play``."""
     return lock.with_name(f"{lock.stem}.play")
+
+
+def collector_lock_of(history_db: Path) -> Path:
+    """The lock of the one collector writing the history ``history_db``: beside it."""
+    return Path(history_db).with_name(COLLECTOR_LOCK)
 
 
 def default_state_dir() -> Path:
@@ -86,6 +93,11 @@ class StatePaths:
     def conformance_lock(self) -> Path:
         """The lock of nightly conformance runs."""
         return self.root / CONFORMANCE_LOCK
+
+    @property
+    def collector_lock(self) -> Path:
+        """The lock of the collector writing :attr:`history_db` (one per history)."""
+        return collector_lock_of(self.history_db)
 
     @property
     def reports(self) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from gpuforge.admission import record_path
 from gpuforge.history.store import history_path
 from gpuforge.rollout.lock import play_record
-from gpuforge.state_paths import StatePaths, default_state_dir
+from gpuforge.state_paths import StatePaths, collector_lock_of, default_state_dir
 
 
 def test_the_layout_of_one_cluster(tmp_path: Path) -> None:
@@ -21,6 +21,8 @@ def test_the_layout_of_one_cluster(tmp_path: Path) -> None:
     assert paths.lock == paths.root / "rollout.lock"
     assert paths.play_record == paths.root / "rollout.play" == play_record(paths.lock)
     assert paths.conformance_lock == paths.root / "conformance.lock"
+    assert paths.collector_lock == paths.root / "collector.lock"
+    assert collector_lock_of(paths.history_db) == paths.collector_lock
     assert paths.reports == tmp_path / "reports" / "lab"
     assert not (tmp_path / "state").exists()  # naming a path creates nothing
 

@@ -29,6 +29,9 @@ description:
     as a diff, not two sums. Never for a file that can hold a secret (C(omitted) says why):
     munge.key and anything under /etc/munge, ssh keys and other private keys, and any file of
     mode 0600 or tighter (the record is world-readable); nor for a file that is not UTF-8 text.
+  - With dpkg, also the packages the role left on hold (C(holds), dpkg's selection C(h) in the
+    same query): a pinned package whose hold was released (apt-mark unhold) is drift, since apt
+    would move it on the next upgrade. Left out when none is held (rpm has no holds).
   - Changed only when the document differs from the file; check mode writes nothing.
 options:
   dir: {type: path, required: true, description: Directory of the records (created, 0755).}
@@ -51,10 +54,10 @@ QUERY = {
 }
 
 
-def installed_versions(manager, packages):
-    """{name: version} of the packages that are installed; one query for all of them."""
+def installed(manager, packages):
+    """({name: version} of the installed packages, [the installed ones on hold]): one query."""
     if not packages:
-        return {}
+        return {}, []
     proc = subprocess.run(
         QUERY[manager] + list(packages),
         capture_output=True,
@@ -66,11 +69,14 @@ def installed_versions(manager, packages):
     if proc.returncode > 1:
         raise RuntimeError(f"{QUERY[manager][0]} exited {proc.returncode}: {proc.stderr.strip()}")
     versions = {}
+    holds = []
     for line in proc.stdout.splitlines():
         fields = line.split("\t")
         if len(fields) == 3 and fields[2][1:2] == "i":
             versions[fields[0]] = fields[1]
-    return versions
+            if manager == "dpkg" and fields[2][:1] == "h":  # selection "hold" (apt-mark hold)
+                holds.append(fields[0])
+    return versions, sorted(holds)
 
 
 def digests(paths):
@@ -156,7 +162,7 @@ def main():
     if not p["role"]:
         module.fail_json(msg="role is empty: include _common's expected_state.yml from a role")
     try:
-        packages = installed_versions(p["package_manager"], p["packages"])
+        packages, holds = installed(p["package_manager"], p["packages"])
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         module.fail_json(msg=f"reading the installed versions failed: {exc}")
     document = {
@@ -170,6 +176,8 @@ def main():
         "services": p["services"],
         "limits": p["limits"],
     }
+    if holds:  # a record without holds keeps its bytes (and its changed=false)
+        document["holds"] = holds
     # The same bytes Ansible's to_nice_json(indent=2, sort_keys=true) wrote before this module.
     text = json.dumps(document, indent=2, sort_keys=True, separators=(",", ": "))
     text += "\n"

@@ -27,6 +27,7 @@ from gpuforge.cli.common import (
 )
 from gpuforge.cli.context import ClusterContext, cluster_context, state_context
 from gpuforge.conformance import report
+from gpuforge.conformance.report import MIN_JUDGED
 from gpuforge.conformance.run import LEVELS, ConformanceOptions, ConformanceOutcome
 from gpuforge.conformance.wiring import RunTarget, fleet_of, run_cluster
 from gpuforge.errors import InputError
@@ -41,6 +42,31 @@ def _context(cluster: str | None, inventory: Path | None, state_dir: Path) -> Cl
 def _history(ctx: ClusterContext, *, create: bool, readonly: bool = False) -> ConformanceHistory:
     path = ctx.state.history_db
     return ConformanceHistory(HistoryStore.open(path, create=create, readonly=readonly))
+
+
+#: The inventory variable of the --min-judged default.
+MIN_JUDGED_VAR = "conformance_min_judged_fraction"
+
+
+def _min_judged(ctx: ClusterContext, given: float | None) -> float:
+    """--min-judged, else the inventory's :data:`MIN_JUDGED_VAR` (the controller's variables),
+    else :data:`MIN_JUDGED`."""
+    if given is not None:
+        return given
+    view = ctx.view
+    try:
+        value = view.hostvars(view.controller()).get(MIN_JUDGED_VAR)
+    except InputError:  # no controller (before Slurm): any GPU node's variables
+        value = next(iter(view.all_hostvars().values()), {}).get(MIN_JUDGED_VAR)
+    if value is None:
+        return MIN_JUDGED
+    try:
+        share = -1.0 if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        share = -1.0
+    if not 0 < share <= 1:
+        raise InputError(f"{MIN_JUDGED_VAR}: {value!r} is not a share in (0, 1] (e.g. 0.9)")
+    return share
 
 
 def _print(outcome: ConformanceOutcome, paths: Mapping[str, Path]) -> None:
@@ -66,6 +92,8 @@ def _print(outcome: ConformanceOutcome, paths: Mapping[str, Path]) -> None:
             click.echo(f"    {node} fixed: {kind} {item}")
     if ch.repeat_offenders:
         click.echo(f"  repeat offenders: {ch.repeat_offenders}")
+    if ch.short:
+        click.echo(f"  exit 1: {ch.short}")
     for note in outcome.notes:
         click.echo(f"  note: {note}")
     for action in outcome.actions:
@@ -123,6 +151,12 @@ textfile_option = click.option(
     show_default=True,
     help="Circuit breaker: most of the fleet drained per window.",
 )
+@click.option(
+    "--min-judged",
+    type=click.FloatRange(0, 1, min_open=True),
+    help=f"Exit 1 when the run judged fewer than this share of the nodes it sent a task to "
+    f"(none at all always exits 1). Default: the inventory's {MIN_JUDGED_VAR}, else {MIN_JUDGED}.",
+)
 @report_option
 @textfile_option
 @state_option
@@ -136,6 +170,7 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
     window: int,
     shadow: bool,
     max_fraction: float,
+    min_judged: float | None,
     report_dir: Path,
     textfile: Path | None,
     state_dir: Path,
@@ -144,11 +179,14 @@ def run_cmd(  # noqa: PLR0917 - one parameter per CLI option
 
     Slurm's commands run on the inventory's controller over SSH unless --via says otherwise.
 
-    Exit 0 every checked node conforms; 1 a node failed or could not be judged; 2 bad input,
-    or the run was cut short (partial).
+    Exit 0 every checked node conforms; 1 a node failed or could not be judged, or the run
+    judged no node or fewer than --min-judged of the nodes it sent a task to; 2 bad input, or
+    the run was cut short (partial).
     """
-    opts = ConformanceOptions(level=level, window_minutes=window)
     ctx = _context(cluster, inventory, state_dir)
+    opts = ConformanceOptions(
+        level=level, window_minutes=window, min_judged=_min_judged(ctx, min_judged)
+    )
     name = ctx.name
     history = _history(ctx, create=True)
     admission = (

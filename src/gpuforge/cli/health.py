@@ -33,7 +33,13 @@ from gpuforge.cli.context import slurm_client as context_slurm_client
 from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
 from gpuforge.health.auth import POLICIES, SEQUENCE_FILE, Authenticator, Unmunge
-from gpuforge.health.collector import DEFAULT_PORT, Collector, make_server, parse_listen
+from gpuforge.health.collector import (
+    DEFAULT_PORT,
+    Collector,
+    claim_history,
+    make_server,
+    parse_listen,
+)
 from gpuforge.health.decide import DRAIN_ACTIONS, Decider, DecisionPolicy
 from gpuforge.health.fleet import TEXTFILE_DIR
 from gpuforge.history.store import HistoryStore, Retention, iso
@@ -202,6 +208,8 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
         format="%(asctime)s %(levelname)s %(message)s",
     )
     ctx = cluster_context(cluster, inventory, state_dir)
+    # One writer per history: refused (exit 2) before the history or the sequences are opened.
+    held = claim_history(ctx.state.history_db, "gpuforge health serve")
     fleet = ctx.fleet
     host, port = parse_listen(listen)
     policy = DecisionPolicy(
@@ -225,7 +233,7 @@ def serve_cmd(  # noqa: PLR0917 - one parameter per CLI option
         auth=auth,
     )
     try:
-        server = make_server(collector, host, port)
+        server = make_server(collector, host, port, held=held)
     except OSError as exc:
         raise InputError(f"--listen {listen}: {exc.strerror or exc}") from None
     collector.start()

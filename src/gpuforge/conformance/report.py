@@ -37,6 +37,11 @@ _BAD = ("fail", "error")
 FILE_DIFFS_KEY = "file_diffs"
 #: Distinct file diffs a run keeps (the most widespread first), and the HTML shows.
 FILE_DIFFS_MAX = 50
+#: Default share of the nodes a run sent a task to that it must judge (``--min-judged``, the
+#: inventory's ``conformance_min_judged_fraction``); fewer, or none at all, exits 1.
+MIN_JUDGED = 0.5
+#: Outcomes that judged a node (``error``: it could not be judged; ``not_checked``: no result).
+JUDGED = ("pass", "warn", "fail")
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,31 @@ class Changes:
 
     @property
     def exit_code(self) -> int:
-        """0 every checked node passed; 1 a node failed or could not be judged; 2 the run was
-        cut short (partial: results are missing)."""
+        """0 every checked node passed; 1 a node failed or could not be judged, or the run
+        judged no node or fewer than its share (:attr:`short`); 2 the run was cut short
+        (partial: results are missing)."""
         if self.run.state == "partial":
             return 2
-        if any(r.outcome in _BAD for r in self.results.values()):
+        if any(r.outcome in _BAD for r in self.results.values()) or self.short:
             return 1
         return 0
+
+    def judged(self) -> dict[str, Any]:
+        """How many of the nodes sent a task were judged, against the run's share: ``{sent,
+        judged, min_fraction, short}`` (``sent`` None: a run recorded before the rule)."""
+        meta = self.run.meta or {}
+        sent = meta.get("sent")
+        share = float(meta.get("min_judged", MIN_JUDGED))
+        judged = sum(1 for r in self.results.values() if r.outcome in JUDGED)
+        out: dict[str, Any] = {"sent": sent, "judged": judged, "min_fraction": share}
+        out["short"] = None if sent is None else _short(int(sent), judged, share, self.run.nodes)
+        return out
+
+    @property
+    def short(self) -> str | None:
+        """Why the run judged too few nodes (it exits 1), or None."""
+        why = self.judged()["short"]
+        return str(why) if why else None
 
     def counts(self) -> dict[str, int]:
         """Nodes per outcome."""
@@ -97,6 +120,7 @@ class Changes:
             "run": self.run.to_dict(),
             "previous": self.previous.to_dict() if self.previous else None,
             "exit_code": self.exit_code,
+            "judged": self.judged(),
             "counts": self.counts(),
             "new_failures": self.new_failures,
             "cleared": self.cleared,
@@ -111,6 +135,24 @@ class Changes:
             "heat": self.heat,
             "nodes": {n: r.to_dict() for n, r in sorted(self.results.items())},
         }
+
+
+def _short(sent: int, judged: int, share: float, fleet: int) -> str | None:
+    option = "--min-judged or the inventory's conformance_min_judged_fraction"
+    if sent == 0:
+        return f"judged no node: none of the {fleet} GPU node(s) was idle to send a task to"
+    if judged == 0:
+        return (
+            f"judged no node: none of the {sent} node(s) sent a task gave a result that could "
+            "be judged (preempted, not started before the deadline, failed before reporting, "
+            "or its record never reached the collector)"
+        )
+    if judged < share * sent:
+        return (
+            f"judged {judged} of the {sent} node(s) sent a task ({judged / sent:.0%}), fewer "
+            f"than the required {share:.0%} ({option})"
+        )
+    return None
 
 
 def compare(
@@ -231,6 +273,9 @@ def junit(changes: Changes) -> str:
         text = body if kind in ("failure", "error") else ""
         cases.append(Case("conformance", node, kind, r.why or default.get(r.outcome, ""), "", text))
     name = f"gpuforge conformance run {changes.run.id} ({changes.run.level})"
+    short = changes.short
+    if short:  # the run's own failure: it judged too few of the nodes it sent a task to
+        cases.append(Case("conformance.run", "judged share", "failure", short, "judged", short))
     return to_junit("gpuforge-conformance", [Suite(name, cases)])
 
 

@@ -22,7 +22,13 @@ from typing import Any
 
 from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.conformance import judge, plan
-from gpuforge.conformance.report import Changes, Placement, compare, file_diffs_meta
+from gpuforge.conformance.report import (
+    MIN_JUDGED,
+    Changes,
+    Placement,
+    compare,
+    file_diffs_meta,
+)
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, ConformanceRun, NodeResult
 from gpuforge.rollout.lock import cluster_lock
@@ -43,10 +49,14 @@ class ConformanceOptions:
     window_minutes: int = 60
     #: Seconds between two looks at the job while it runs.
     poll_s: float = 10.0
+    #: Share (0-1] of the nodes sent a task that must be judged, else the run exits 1.
+    min_judged: float = MIN_JUDGED
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise InputError(f"--level: {self.level!r} is not one of {', '.join(LEVELS)}")
+        if not 0 < self.min_judged <= 1:
+            raise InputError(f"--min-judged: {self.min_judged!r} is not a share in (0, 1]")
         if self.window_minutes < 1:
             raise InputError("--window: must be at least 1 minute")
 
@@ -150,7 +160,11 @@ def _one(
             opts.level,
             len(nodes),
             at=deps.clock(),
-            meta={"transport": "slurm+collector", "idle": len(selection.idle)},
+            meta={
+                "transport": "slurm+collector",
+                "idle": len(selection.idle),
+                "min_judged": opts.min_judged,
+            },
         )
         history.add(
             current.id,
@@ -158,7 +172,12 @@ def _one(
         )
         results = _through_slurm(current, selection, fleet, history, opts, deps, notes, states)
     elif deps.ssh is not None:
-        current = history.begin(opts.level, len(nodes), at=deps.clock(), meta={"transport": "ssh"})
+        current = history.begin(
+            opts.level,
+            len(nodes),
+            at=deps.clock(),
+            meta={"transport": "ssh", "min_judged": opts.min_judged, "sent": len(nodes)},
+        )
         raw = deps.ssh(nodes, opts.level)
         history.update_meta(current.id, file_diffs_meta(raw))
         results = _judge_all(fleet, nodes, raw, "no answer over SSH")
@@ -201,6 +220,8 @@ def _through_slurm(  # noqa: PLR0917 - the run's context
     if window is not None:
         history.update_meta(current.id, {"window": deps.window, "recheck": recheck})
         batches.append((recheck, deps.window))
+    # What the run must judge a share of (Changes.short): every node it sends a task to.
+    history.update_meta(current.id, {"sent": sum(len(todo) for todo, _ in batches)})
     jobs: list[str] = []
     try:
         for todo, reservation in batches:

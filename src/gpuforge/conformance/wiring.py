@@ -10,6 +10,7 @@ function of typed inputs, tested against fakes without click (tests/unit/conform
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import socket
 import threading
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuforge.admission import Admission, ValidationWindow
 from gpuforge.command import CommandRunner, SshRunner
@@ -35,11 +37,18 @@ from gpuforge.health import fleet as health_fleet
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.inventory.reader import ClusterView, InventoryDir
+from gpuforge.rollout.lock import holder
 from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
+from gpuforge.state_paths import collector_lock_of
 from gpuforge.validate import pipeline
 from gpuforge.validate.result import BatchSummary, Level
+
+if TYPE_CHECKING:
+    from gpuforge.health.collector import CollectorServer
+
+log = logging.getLogger(__name__)
 
 #: Seconds one node checker run over SSH may take (burnin runs DCGM level 2).
 SSH_TIMEOUT = {"passive": 120.0, "quick": 300.0, "burnin": 1500.0}
@@ -145,13 +154,29 @@ def ssh_deps(view: ClusterView, runner: CommandRunner | None = None) -> Conforma
 def collector_for_run(
     listen: str | None, hf: health_fleet.Fleet, store: HistoryStore, admission: Admission
 ) -> Iterator[str]:
-    """Serve the collector in this process for the run when nobody serves on ``listen``."""
-    if not listen:
-        yield "a collector already serving (gpuforge health serve)"
-        return
-    from gpuforge.health.collector import Collector, make_server, parse_listen  # noqa: PLC0415
+    """Serve the collector in this process for the run when nobody serves on ``listen``.
+
+    One writer per history: when a collector (``gpuforge health serve``, the service) already
+    holds this history's writer lock, none is started here; the nodes' records reach the
+    history through that one, and the run reads them from the store as always.
+    """
+    from gpuforge.health.collector import (  # noqa: PLC0415
+        Collector,
+        HistoryHeld,
+        make_server,
+        parse_listen,
+    )
     from gpuforge.health.decide import Decider  # noqa: PLC0415
 
+    writer = holder(collector_lock_of(store.path))
+    if not listen:
+        yield (
+            f"the collector writing this history ({writer})"
+            if writer
+            else "a collector serving elsewhere: none writes this history on this host "
+            f"(nothing holds {collector_lock_of(store.path)}); give --collector-listen"
+        )
+        return
     host, port = parse_listen(listen)
     with socket.socket() as probe:
         probe.settimeout(1.0)
@@ -160,11 +185,15 @@ def collector_for_run(
             return
     collector = Collector(hf, store, Decider(admission, leaves=hf.leaves, store=store))
     try:
-        server = make_server(collector, host, port)
+        server = make_server(collector, host, port, command="gpuforge conformance run "
+                             "(its in-process collector)")  # fmt: skip
+    except HistoryHeld:
+        yield f"the collector writing this history ({holder(collector_lock_of(store.path))})"
+        return
     except OSError as exc:
         raise InputError(f"--collector-listen {listen}: {exc.strerror or exc}") from None
     collector.start()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5})
+    thread = threading.Thread(target=_serve, args=(server,), name="collector", daemon=True)
     thread.start()
     try:
         yield f"an in-process collector on {host}:{port} for this run"
@@ -173,6 +202,14 @@ def collector_for_run(
         server.server_close()
         thread.join(timeout=30)
         collector.stop()
+
+
+def _serve(server: CollectorServer) -> None:
+    """The in-process collector's loop: an error ends it with one line, never a traceback."""
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except Exception as exc:
+        log.error("the in-process collector stopped: %s: %s", type(exc).__name__, exc)
 
 
 #: Runs the validation pipeline on nodes inside a reservation (the real one: :func:`_pipeline`).

@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import ExitStack
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -66,7 +67,9 @@ from gpuforge.health.fleet import (
 from gpuforge.history.store import HistoryStore, Retention, parse_time
 from gpuforge.node.output import MUNGE_HEADER
 from gpuforge.node.record import from_dict
+from gpuforge.rollout.lock import LockHeld, cluster_lock, holder
 from gpuforge.slurm import control
+from gpuforge.state_paths import collector_lock_of
 from gpuforge.textfile import Family, render
 
 log = logging.getLogger(__name__)
@@ -183,6 +186,35 @@ class _Batcher(Generic[T, R]):
                 fut.set_result(result)
 
 
+class HistoryHeld(GpuforgeError):  # noqa: N818 - reads as the outcome it reports
+    """Another collector writes this history: one writer per history (exit 2, nothing done)."""
+
+    exit_code = 2
+
+
+def claim_history(history_db: Path, command: str) -> ExitStack:
+    """Take the one-writer lock of the history ``history_db`` (``collector.lock`` beside it,
+    :func:`~gpuforge.state_paths.collector_lock_of`): an ``flock`` the kernel drops when its
+    holder dies, so a SIGKILLed collector leaves nothing to clean up. Close the stack to let go.
+
+    Raises :class:`HistoryHeld` naming the holder (pid, host, since when) while another holds it.
+    """
+    lock = collector_lock_of(history_db)
+    stack = ExitStack()
+    try:
+        stale = stack.enter_context(cluster_lock(lock, command))
+    except LockHeld:
+        who = holder(lock) or "a process that has just let go (try again)"
+        raise HistoryHeld(
+            f"{history_db} has a collector already: {who}; one writer per history (lock {lock})"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"{lock}: {exc.strerror or exc}") from None
+    if stale:
+        log.info("%s: %s", lock, stale)
+    return stack
+
+
 class _Refusal(Exception):  # noqa: N818 - a refusal, not a program error
     """A record the collector will not take: the status, the error, the counter it adds to."""
 
@@ -245,6 +277,7 @@ class Collector:
         self.counts = dict.fromkeys(("malformed", "forged", "future", "trimmed", "http"), 0)
         #: Future-dated records refused, by node (a node whose clock is wrong).
         self.future_dated: dict[str, int] = {}
+        self._node_at: dict[str, str] | None = None
 
     def start(self) -> None:
         """Start the writer, the decider and the minute ticker."""
@@ -399,6 +432,12 @@ class Collector:
             except (OSError, GpuforgeError) as exc:
                 log.warning("controller metrics not written: %s", exc)
 
+    def node_at(self, peer: str) -> str | None:
+        """The GPU node whose management address ``peer`` is, or None."""
+        if self._node_at is None:
+            self._node_at = {a: n for n, a in reversed(list(self.fleet.addresses.items()))}
+        return self._node_at.get(peer.removeprefix("::ffff:"))
+
     def healthz(self) -> dict[str, Any]:
         """The ``GET /v1/healthz`` body."""
         return {
@@ -480,6 +519,18 @@ class Collector:
                 self.write_metrics()
             except Exception as exc:
                 log.warning("controller metrics not written: %s", exc)
+
+
+def _request_line(request: Any) -> str:
+    """``METHOD PATH`` of a (maybe partial) waitress request; "" before its first line came."""
+    if request is None:
+        return ""
+    command, path = getattr(request, "command", ""), getattr(request, "path", "")
+    if not command:  # headers not complete: the first line as far as it came
+        first = bytes(getattr(request, "header_plus", b"") or b"").split(b"\r\n", 1)[0]
+        command, _, rest = first.decode("latin-1").partition(" ")
+        path = rest.rsplit(" HTTP/", 1)[0]
+    return _one_line(f"{command} {path}".strip(), 200)
 
 
 def _one_line(text: str, limit: int = 1000) -> str:
@@ -640,6 +691,18 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
     answered: object = None
     logger = _WAITRESS_LOG
     _gone = False
+    #: An error other than a disconnect sending the answer (waitress closes on it, silently).
+    _reset: str | None = None
+
+    def _flush_exception(self, flush: Any, do_close: bool = True) -> Any:
+        if not flush:
+            return None
+        try:
+            return flush(do_close=do_close), False
+        except Exception as exc:  # waitress closes, saying nothing: one line when it closes
+            self._reset = f"{type(exc).__name__}: {_one_line(str(exc), 200)}"
+            self.will_close = True
+            return False, True
 
     def handle_close(self) -> None:
         if not self._gone:
@@ -647,31 +710,49 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
             self._say_why()
         super().handle_close()
 
-    def _say_why(self) -> None:
+    def _who(self, request: Any) -> str:
+        """``ADDR (node) METHOD PATH`` of a connection's request, as far as it is known: the
+        node is the one whose management address the connection comes from (the only address
+        the collector takes that node's records from)."""
         peer = self.addr[0] if self.addr else "?"
+        collector: Collector = self.server.collector
+        node = collector.node_at(peer)
+        what = f"{peer} ({node})" if node else peer
+        line = _request_line(request)
+        return f"{what} {line}" if line else what
+
+    def _say_why(self) -> None:
         partial = self.request
         started = partial is not None and bool(partial.header_plus or partial.headers_finished)
+        with self.outbuf_lock:  # a worker flushing an answer updates the count under it
+            unsent = self.total_outbufs_len
         if self.will_close or self.close_when_flushed:
             # The collector closes it: after an answer that closes the connection (no line: the
-            # answer had its own), or a client that sent nothing complete for the idle timeout.
+            # answer had its own), or a client that sent nothing complete for the idle timeout;
+            # unless the answer could not go out (the client reset the connection).
             if started and time.time() - self.last_activity >= self.adj.channel_timeout:
                 log.warning("%s: connection closed: no complete request in %s s (%d body bytes)",
-                            peer, self.adj.channel_timeout, self._received(partial))  # fmt: skip
+                            self._who(partial), self.adj.channel_timeout,
+                            self._received(partial))  # fmt: skip
+            elif unsent or self._reset is not None:
+                self._unsent(unsent)
             return
         if started:
             log.warning("%s: connection closed mid-request (the client went away; %d of %d"
-                        " body bytes)", peer, self._received(partial),
+                        " body bytes)", self._who(partial), self._received(partial),
                         partial.content_length)  # fmt: skip
         elif self.requests and self.requests[0] is not self.answered:
             # A request running stores its record; one not yet begun is not run (the node got
             # no answer: it keeps the record in its spool and sends it again).
-            log.warning("%s: the client went away before its answer was sent", peer)
-        else:
-            with self.outbuf_lock:  # a worker flushing an answer updates the count under it
-                unsent = self.total_outbufs_len
-            if unsent:
-                log.warning("%s: the client went away with %d bytes of its answer unsent",
-                            peer, unsent)  # fmt: skip
+            log.warning("%s: the client went away before its answer was sent",
+                        self._who(self.requests[0]))  # fmt: skip
+        elif unsent:
+            self._unsent(unsent)
+
+    def _unsent(self, unsent: int) -> None:
+        how = f" ({self._reset})" if self._reset else ""
+        log.warning("%s: the client went away with %d bytes of its answer unsent%s",
+                    self._who(self.answered), unsent, how)  # fmt: skip
 
     @staticmethod
     def _received(partial: Any) -> int:
@@ -679,8 +760,7 @@ class _Channel(HTTPChannel):  # type: ignore[misc]
 
     def handle_error(self) -> None:
         _, value, _ = sys.exc_info()
-        peer = self.addr[0] if self.addr else "?"
-        log.error("%s: connection closed: %s: %s", peer, type(value).__name__,
+        log.error("%s: connection closed: %s: %s", self._who(self.request), type(value).__name__,
                   _one_line(str(value)))  # fmt: skip
         self._gone = True
         self.handle_close()
@@ -695,7 +775,28 @@ class CollectorServer:
     """
 
     def __init__(
-        self, collector: Collector, host: str, port: int, *, threads: int, idle_timeout_s: int
+        self,
+        collector: Collector,
+        host: str,
+        port: int,
+        *,
+        threads: int,
+        idle_timeout_s: int,
+        command: str = "gpuforge health serve",
+        held: ExitStack | None = None,
+    ) -> None:
+        # One writer per history: the lock first (a second collector names the first, even on
+        # the same port), held until server_close, dropped by the kernel if this process dies;
+        # ``held``: the caller took it already (health serve, before opening anything).
+        self._held = held if held is not None else claim_history(collector.store.path, command)
+        try:
+            self._bind(collector, host, port, threads, idle_timeout_s)
+        except BaseException:
+            self._held.close()
+            raise
+
+    def _bind(
+        self, collector: Collector, host: str, port: int, threads: int, idle_timeout_s: int
     ) -> None:
         try:
             adj = _adjustments(host, port, threads, idle_timeout_s)
@@ -726,6 +827,8 @@ class CollectorServer:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
+        self._closing = threading.Lock()
+        self._closed = False
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Serve until :meth:`shutdown`."""
@@ -737,15 +840,28 @@ class CollectorServer:
             self._stopped.set()
 
     def shutdown(self) -> None:
-        """Stop :meth:`serve_forever` (from another thread) and wait until it has returned."""
+        """Stop :meth:`serve_forever` (from another thread) and wait until it has returned.
+
+        The wake-up goes to the loop's trigger only while it is open: SIGTERM's shutdown thread
+        can run after the loop ended and :meth:`server_close` closed the trigger, whose file
+        descriptor number may already name another file.
+        """
         self._stop.set()
-        self._server.pull_trigger()
+        with self._closing:
+            if not self._closed:
+                self._server.pull_trigger()
         self._stopped.wait()
 
     def server_close(self) -> None:
-        """Close the listening socket and every connection; stop the workers."""
-        wasyncore.close_all(self._map)
-        self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+        """Close the listening socket and every connection; stop the workers; let go of the
+        history's writer lock."""
+        try:
+            with self._closing:
+                self._closed = True
+                wasyncore.close_all(self._map)
+            self._server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
+        finally:
+            self._held.close()
 
 
 def _adjustments(host: str, port: int, threads: int, idle_timeout_s: int) -> Adjustments:
@@ -781,9 +897,15 @@ def make_server(
     *,
     threads: int = THREADS,
     idle_timeout_s: int = IDLE_TIMEOUT_S,
+    command: str = "gpuforge health serve",
+    held: ExitStack | None = None,
 ) -> CollectorServer:
-    """An HTTP server for ``collector`` bound to ``host:port`` (call ``serve_forever``)."""
-    return CollectorServer(collector, host, port, threads=threads, idle_timeout_s=idle_timeout_s)
+    """An HTTP server for ``collector`` bound to ``host:port`` (call ``serve_forever``), holding
+    its history's writer lock (:func:`claim_history`: :class:`HistoryHeld` while another
+    collector writes it; ``held``: the lock the caller claimed already, closed with the server);
+    ``command`` is what the lock says holds it."""
+    return CollectorServer(collector, host, port, threads=threads, idle_timeout_s=idle_timeout_s,
+                           command=command, held=held)  # fmt: skip
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -83,6 +83,9 @@ class Expected:
     modules: tuple[str, ...] = ()
     services: Mapping[str, Mapping[str, bool]] = field(default_factory=dict)
     limits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Packages the role left on hold (dpkg's selection state): part of a pinned package's
+    #: desired state, since apt moves a package whose hold was released on the next upgrade.
+    holds: tuple[str, ...] = ()
 
 
 @dataclass
@@ -137,6 +140,9 @@ class System(Protocol):
 
     def packages(self, names: Sequence[str]) -> dict[str, str]:
         """Installed version per package name (absent: not installed)."""
+
+    def holds(self, names: Sequence[str]) -> set[str]:
+        """The packages of ``names`` on hold (dpkg's selection state ``hold``)."""
 
     def file_digest(self, path: str) -> str | None:
         """``sha256:<hex>`` of the file, or None when it does not exist."""
@@ -208,6 +214,9 @@ def parse_expected(path: Path, data: Any) -> Expected:
         ):
             raise ExpectedError(f"{path}: limits: must map a file to a list of lines")
         limits = {str(k): tuple(_limit_key(str(line)) for line in v) for k, v in limits_raw.items()}
+        holds = data.get("holds") or []
+        if not isinstance(holds, list) or not all(isinstance(h, str) and h for h in holds):
+            raise ExpectedError(f"{path}: holds: must be a list of package names")
         files = _str_map(path, "files", data.get("files"))
         for name, digest in files.items():
             if not digest.startswith("sha256:"):
@@ -221,6 +230,7 @@ def parse_expected(path: Path, data: Any) -> Expected:
             modules=tuple(str(m) for m in modules),
             services=services,
             limits=limits,
+            holds=tuple(holds),
         )
     if data.get("schema") == 1 and data.get("kind") in {"infiniband", "roce"}:
         # The fabric roles' own file: its sysctls are desired state too.
@@ -294,6 +304,26 @@ def _compare_sysctls(report: DriftReport, expected: Expected, system: System) ->
         report.items.append(DriftItem("sysctl", key, want, actual, expected.role))
 
 
+#: A released hold's drift item: ``package <name> hold: desired 'held', actual 'not held'``.
+HOLD_SUFFIX = " hold"
+
+
+def _compare_holds(
+    report: DriftReport, todo: Sequence[Expected], have: Mapping[str, str], system: System
+) -> None:
+    """Each package its role left on hold and still installed is on hold now (one query)."""
+    wanted = {p: e.role for e in todo for p in e.holds if p in have}
+    if not wanted:
+        return  # a package no longer installed is drift already, its hold is moot
+    held = _guard(report, "package hold", system.holds, sorted(wanted))
+    if held is None:
+        return
+    for name, role in sorted(wanted.items()):
+        report.compared += 1
+        if name not in held:
+            report.items.append(DriftItem("package", name + HOLD_SUFFIX, "held", "not held", role))
+
+
 def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noqa: PLR0912
     """Every difference between ``expected`` and what ``system`` reads from the node."""
     report = DriftReport()
@@ -311,6 +341,7 @@ def compare(expected: Iterable[Expected], system: System) -> DriftReport:  # noq
                     report.items.append(
                         DriftItem("package", name, want, got or "not installed", role)
                     )
+            _compare_holds(report, todo, have, system)
 
     for e in todo:
         for path, want in sorted(e.files.items()):
@@ -390,6 +421,20 @@ def _run(argv: Sequence[str], *, ok: Sequence[int] = (0,)) -> str:
     return proc.stdout
 
 
+#: One line per package: its name and dpkg's status (``want ok state``: ``hold ok installed``).
+HOLD_QUERY = ("dpkg-query", "-W", "-f=${Package}\t${Status}\n")
+
+
+def parse_holds(text: str) -> set[str]:
+    """The packages on hold in a :data:`HOLD_QUERY` listing."""
+    out = set()
+    for line in text.splitlines():
+        name, _, status = line.partition("\t")
+        if name and status.split()[:1] == ["hold"]:
+            out.add(name)
+    return out
+
+
 @dataclass
 class LiveSystem:
     """The node itself: dpkg (or rpm), lsmod, systemctl, /proc/sys, files."""
@@ -403,6 +448,12 @@ class LiveSystem:
             return checks.parse_installed(_run([*checks.DPKG_QUERY, *names], ok=(0, 1)))
         out = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", *names], ok=(0, 1))
         return checks.parse_installed(out)
+
+    def holds(self, names: Sequence[str]) -> set[str]:
+        """dpkg's selection state (``${Status}``: ``hold ok installed``), one ``dpkg-query``
+        with the probes' timeout; what ``apt-mark showhold`` lists, for these packages only."""
+        out = _run([*HOLD_QUERY, *names], ok=(0, 1))  # 1: some name is not installed
+        return parse_holds(out)
 
     def file_digest(self, path: str) -> str | None:
         """sha256 of the file, read in 1 MiB blocks."""

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
+import pytest
 from click.testing import CliRunner
 
 from gpuforge.cli import main
+from gpuforge.cli.conformance import MIN_JUDGED_VAR, _min_judged
+from gpuforge.cli.context import ClusterContext
+from gpuforge.conformance.report import MIN_JUDGED
+from gpuforge.errors import InputError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
+from gpuforge.inventory.reader import ClusterView, InventoryDir
 from gpuforge.resources import project_path
+from gpuforge.state_paths import StatePaths
 
 SAMPLE = project_path("inventory", "sample")
 
@@ -107,3 +115,48 @@ def test_node_history_newest_first(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert "run 2 quick: pass" in lines[0]
     assert "run 1 quick: fail conformance.drift service nvidia-dcgm" in lines[1]
+
+
+def _ctx_with(hostvars: dict[str, dict[str, object]], controllers: list[str]) -> ClusterContext:
+    view = ClusterView(
+        cast(InventoryDir, None),
+        {"nodes": []},
+        {"_meta": {"hostvars": hostvars}, "slurm_controllers": {"hosts": controllers}},
+    )
+    return ClusterContext("lab", StatePaths(Path("state"), "lab"), None, view)
+
+
+def test_min_judged_the_option_wins_over_the_inventory_and_the_default() -> None:
+    ctx = _ctx_with({"ctl01": {MIN_JUDGED_VAR: 0.9}}, ["ctl01"])
+    assert _min_judged(ctx, 0.75) == 0.75
+    assert _min_judged(ctx, None) == 0.9
+    assert _min_judged(_ctx_with({"ctl01": {}}, ["ctl01"]), None) == MIN_JUDGED
+    # before Slurm (no controller): the GPU nodes' variables
+    assert _min_judged(_ctx_with({"gpu01": {MIN_JUDGED_VAR: "0.8"}}, []), None) == 0.8
+
+
+@pytest.mark.parametrize("value", ["most", 0, 2, True])
+def test_min_judged_a_bad_inventory_value_is_named(value: object) -> None:
+    ctx = _ctx_with({"ctl01": {MIN_JUDGED_VAR: value}}, ["ctl01"])
+    with pytest.raises(InputError, match=MIN_JUDGED_VAR):
+        _min_judged(ctx, None)
+
+
+def test_report_of_a_run_that_judged_no_node_exits_1_and_says_why(tmp_path: Path) -> None:
+    # The lab's night (issue 28): the array went to 4 idle nodes, no result came back.
+    store = HistoryStore.open(tmp_path / "lab" / "history.db")
+    hist = ConformanceHistory(store)
+    night = hist.begin("quick", 8, at=1_795_000_000.0, meta={"sent": 4, "min_judged": 0.9})
+    why = "no result: the task was preempted, did not start before the deadline, or failed"
+    hist.add(night.id, [NodeResult(f"gpu0{i}", "not_checked", why) for i in range(1, 5)])
+    hist.add(night.id, [NodeResult(f"gpu0{i}", "not_checked", "busy") for i in range(5, 9)])
+    hist.finish(night.id, "complete", at=1_795_000_100.0)
+    store.close()
+    code, out = _invoke(
+        "conformance", "report", "--inventory", str(SAMPLE), "--state-dir", str(tmp_path),
+        "--report-dir", str(tmp_path / "reports"),
+    )  # fmt: skip
+    assert code == 1, out
+    assert "  exit 1: judged no node: none of the 4 node(s) sent a task gave a result" in out
+    junit = (tmp_path / "reports" / "lab" / "run-00001" / "junit.xml").read_text()
+    assert 'name="judged share"' in junit

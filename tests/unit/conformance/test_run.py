@@ -426,3 +426,97 @@ def test_burnin_runs_the_pipeline_only_on_nodes_that_passed_and_records_its_fail
     assert "--time=25" in world.submitted[0]
     assert out.changes.results["gpu04"].outcome == "fail"
     assert out.changes.results["gpu04"].why == "burnin.ib_write_bw.min"
+
+
+# -- the share of the nodes sent a task that must be judged (issue 28 item 3) -------------------
+
+
+def test_a_run_that_judged_no_node_exits_1_and_says_why(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    world.records = {}  # every task preempted: the lab's "no result" for all four idle nodes
+    changes = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes
+    assert {r.outcome for r in changes.results.values()} == {"not_checked"}
+    assert changes.exit_code == 1
+    assert changes.short is not None and changes.short.startswith("judged no node: none of the 4")
+    data = changes.to_dict()
+    assert data["judged"] == {"sent": 4, "judged": 0, "min_fraction": 0.5, "short": changes.short}
+    suite = ET.fromstring(report.junit(changes))  # noqa: S314 - our own text
+    (case,) = [c for c in suite.iter("testcase") if c.get("name") == "judged share"]
+    failure = case.find("failure")
+    assert failure is not None and failure.get("message") == changes.short
+    assert suite.get("failures") == "1"
+
+
+def test_no_idle_node_at_all_is_judged_no_node(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    world.states = {n: SlurmNode(name=n, state="ALLOCATED") for n in NODES}
+    changes = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes
+    assert world.submitted == []
+    assert changes.exit_code == 1
+    assert changes.short == "judged no node: none of the 6 GPU node(s) was idle to send a task to"
+
+
+def test_fewer_than_the_share_exits_1_and_enough_exits_0(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    # gpu01, gpu04 pass; gpu03 and gpu06 give nothing: 2 of the 4 sent a task judged (50%).
+    world.records = {"gpu01": node_record("gpu01"), "gpu04": node_record("gpu04")}
+
+    def night(share: float) -> report.Changes:
+        world.polls = 0
+        opts = ConformanceOptions(poll_s=0, min_judged=share)
+        return run(FLEET, history, opts, deps_for(world), lock_path=tmp_path / "l").changes
+
+    strict = night(0.9)
+    assert strict.exit_code == 1
+    assert strict.short is not None
+    assert (
+        "judged 2 of the 4 node(s) sent a task (50%), fewer than the required 90%" in strict.short
+    )
+    lenient = night(0.5)
+    assert lenient.short is None and lenient.exit_code == 0
+    assert lenient.to_dict()["judged"] == {
+        "sent": 4, "judged": 2, "min_fraction": 0.5, "short": None,
+    }  # fmt: skip
+    # the share is the run's: `conformance report` of the strict run still exits 1
+    again = report.compare(history, strict.run, {})
+    assert again.exit_code == 1 and again.short == strict.short
+
+
+def test_a_run_recorded_before_the_rule_is_not_judged_by_it(
+    history: ConformanceHistory,
+) -> None:
+    old = history.begin("quick", 2, at=T0, meta={"transport": "slurm+collector"})
+    history.add(old.id, [NodeResult("gpu01", "not_checked", "no result")])
+    done = history.finish(old.id, "complete", at=T0 + 1)
+    changes = report.compare(history, done, {})
+    assert changes.short is None and changes.exit_code == 0
+
+
+@pytest.mark.parametrize("share", [0.0, 1.5, -1.0])
+def test_a_share_outside_0_1_is_bad_input(share: float) -> None:
+    with pytest.raises(InputError, match="--min-judged"):
+        ConformanceOptions(min_judged=share)
+
+
+def test_a_released_hold_fails_the_node_and_is_reported_as_drift(
+    tmp_path: Path, world: World, history: ConformanceHistory
+) -> None:
+    unheld = drift.DriftItem("package", "libnccl2" + drift.HOLD_SUFFIX, "held", "not held")
+    world.records = {n: node_record(n) for n in ("gpu01", "gpu03", "gpu06")}
+    world.records["gpu04"] = node_record("gpu04", [unheld])
+    changes = run(
+        FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
+    ).changes
+    assert changes.new_failures == ["gpu04"]
+    assert changes.results["gpu04"].drift == (("package", "libnccl2 hold", "held", "not held"),)
+    assert changes.to_dict()["drift_new"]["gpu04"] == [
+        {"kind": "package", "item": "libnccl2 hold", "desired": "held", "actual": "not held"}
+    ]
+    assert changes.exit_code == 1 and changes.short is None

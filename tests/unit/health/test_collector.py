@@ -276,3 +276,22 @@ def test_one_bad_item_does_not_fail_its_batch() -> None:
             futures[1].result(timeout=10)
     finally:
         batcher.stop()
+
+
+def test_a_late_shutdown_after_close_is_harmless(make_decider: MakeDecider) -> None:
+    # SIGTERM's shutdown thread can run after the loop ended and closed its trigger: it must not
+    # write to the closed descriptor (a traceback on stderr, or a byte into a reused one).
+    decider, _, store = make_decider({"gpu01": "leaf-a"})
+    collector = Collector(Fleet("lab", ("gpu01",), {"gpu01": LOCAL}, {}, {}), store, decider)
+    server = make_server(collector, LOCAL, 0)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    server.shutdown()
+    thread.join(10)
+    server.server_close()
+    trigger = server._server.trigger
+    writes: list[bytes] = []
+    trigger._physical_pull = lambda: writes.append(b"x")
+    server.shutdown()  # returns at once, pulls nothing
+    assert writes == []
+    make_server(collector, LOCAL, 0).server_close()  # the history's lock was let go

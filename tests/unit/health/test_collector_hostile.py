@@ -24,7 +24,7 @@ from gpuforge.health import intake
 from gpuforge.health.collector import MAX_BODY, Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
-from gpuforge.history.store import iso
+from gpuforge.history.store import HistoryStore, iso
 
 from ..history.records import T0, record
 from .conftest import MakeDecider
@@ -67,6 +67,25 @@ def raw(port: int, data: bytes, *, timeout: float = 10) -> bytes:
                 break
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def slow_ingest(
+    monkeypatch: pytest.MonkeyPatch, store: HistoryStore, delay_s: float
+) -> tuple[threading.Event, threading.Event]:
+    """``store.ingest`` made ``delay_s`` slower: (a batch entered it, a batch was stored)."""
+    ingest = store.ingest
+    entered, stored = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        time.sleep(delay_s)
+        try:
+            return ingest(*args, **kwargs)
+        finally:
+            stored.set()
+
+    monkeypatch.setattr(store, "ingest", slow)
+    return entered, stored
 
 
 def status_of(answer: bytes) -> int:
@@ -225,7 +244,8 @@ def test_a_client_gone_mid_body_is_one_line(
         conn.sendall(GOOD[:100])
     wait_for(lambda: any("mid-request" in m for m in lines(caplog)))
     assert lines(caplog) == [
-        "127.0.0.1: connection closed mid-request (the client went away; 100 of 4000 body bytes)"
+        "127.0.0.1 (gpu01) POST /v1/records: connection closed mid-request (the client went away;"
+        " 100 of 4000 body bytes)"
     ]
     assert collector.store.latest() == {}
     still_serving(url)
@@ -235,18 +255,8 @@ def test_a_client_gone_before_its_answer_is_one_line(
     served: Served, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, port, collector = served
-    ingest = collector.store.ingest
-    entered, stored = threading.Event(), threading.Event()
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        time.sleep(0.5)  # the client is gone by the time the record is committed
-        try:
-            return ingest(*args, **kwargs)
-        finally:
-            stored.set()
-
-    monkeypatch.setattr(collector.store, "ingest", slow)
+    # the client is gone by the time the record is committed
+    entered, stored = slow_ingest(monkeypatch, collector.store, 0.5)
     head = f"POST /v1/records HTTP/1.1\r\nHost: c\r\nContent-Length: {len(GOOD)}\r\n\r\n"
     with socket.create_connection((LOCAL, port), timeout=10) as conn:
         conn.sendall(head.encode() + GOOD)
@@ -255,7 +265,7 @@ def test_a_client_gone_before_its_answer_is_one_line(
     wait_for(lambda: bool(gone(caplog)))
     time.sleep(0.2)
     (line,) = gone(caplog)  # before its answer, or with part of it unsent: one line
-    assert line.startswith("127.0.0.1: the client went away")
+    assert line.startswith("127.0.0.1 (gpu01) POST /v1/records: the client went away")
     assert "gpu01" in collector.store.latest()
     still_serving(url)
 
@@ -483,7 +493,8 @@ def test_a_slow_client_is_closed_after_the_idle_timeout_with_one_line(
             conn.close()
         wait_for(lambda: len(lines(caplog)) >= 20)
         assert set(lines(caplog)) == {
-            "127.0.0.1: connection closed: no complete request in 1 s (0 body bytes)"
+            "127.0.0.1 (gpu01) POST /v1/records: connection closed: no complete request in 1 s"
+            " (0 body bytes)"
         }
     finally:
         server.shutdown()
@@ -532,3 +543,37 @@ def test_the_nodes_spool_drains_past_records_the_collector_will_never_take(
     delivery = output.deliver(cfg, deadline=time.monotonic() + 30)
     assert delivery.sent == 0 and "HTTP 503" in delivery.error
     assert [p.name for p in output.spooled(cfg)] == ["7-good.json"]  # kept for the next run
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "connection-close"])
+def test_a_client_that_resets_while_answered_is_one_line_naming_node_and_path(
+    served: Served, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, close: bool
+) -> None:
+    # Seen on the lab (issue 28): a task that went away while the collector answered it
+    # (BrokenPipeError / ConnectionResetError). A real socket, reset (RST) before its answer.
+    url, port, collector = served
+    # the client resets while its record is committed
+    entered, stored = slow_ingest(monkeypatch, collector.store, 0.3)
+    head = "POST /v1/records HTTP/1.1\r\nHost: c\r\n" + ("Connection: close\r\n" if close else "")
+    head += f"Content-Length: {len(GOOD)}\r\n\r\n"
+    conn = socket.create_connection((LOCAL, port), timeout=10)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.sendall(head.encode() + GOOD)
+    assert entered.wait(10)
+    conn.close()  # RST: the answer meets ECONNRESET / EPIPE
+    wait_for(stored.is_set)
+    wait_for(lambda: bool(gone(caplog)))
+    time.sleep(0.3)
+    (line,) = gone(caplog)
+    assert line.startswith("127.0.0.1 (gpu01) POST /v1/records: the client went away"), line
+    assert "gpu01" in collector.store.latest()  # the record is stored all the same
+    still_serving(url)
+
+
+def test_a_peer_that_is_no_node_is_named_by_its_address_alone(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, _, collector = served
+    assert collector.node_at("127.0.0.1") == "gpu01"
+    assert collector.node_at("::ffff:10.231.0.12") == "gpu02"
+    assert collector.node_at("10.9.9.9") is None

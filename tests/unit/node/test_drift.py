@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ class FakeNode:
         default_factory=lambda: {"nvidia-dcgm": (True, True), "slurmd": (True, True)}
     )
     broken: set[str] = field(default_factory=set)
+    #: Packages on hold (dpkg's selection), as the pinning roles leave them.
+    held: set[str] = field(default_factory=lambda: {"libnccl2"})
     #: What sysctl.d sets at boot when /proc/sys is read-only (a container); None: writable.
     at_boot: dict[str, str] | None = None
 
@@ -46,6 +49,11 @@ class FakeNode:
         if "package" in self.broken:
             raise drift.ProbeError("dpkg-query: not installed")
         return {n: v for n, v in self.pkgs.items() if n in names}
+
+    def holds(self, names: Sequence[str]) -> set[str]:
+        if "hold" in self.broken:
+            raise drift.ProbeError("dpkg-query: no answer in 10s")
+        return {n for n in names if n in self.held}
 
     def file_digest(self, path: str) -> str | None:
         text = self.files.get(path)
@@ -284,3 +292,89 @@ def test_held_packages_are_installed() -> None:
         "libnccl2": "2.26.2-1+cuda12.8",
         "libnccl-dev": "2.26.2-1+cuda12.8",
     }
+
+
+# -- a pinned package's hold (issue 28 item 3: `apt-mark unhold libnccl2` passed on the lab) ------
+
+
+def _write_held(directory: Path) -> None:
+    _write(directory)
+    path = directory / "state" / "nccl.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "holds": ["libnccl2"]}))
+
+
+def test_a_pinned_package_still_held_is_no_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write_held(tmp_path)
+    report = drift.run(tmp_path, node)
+    assert report.items == [] and report.errors == []
+    assert report.compared == 9  # the hold is one more item compared
+    assert report.check().status == "pass"
+
+
+def test_a_released_hold_is_drift_beside_a_downgrade_and_an_edited_limits_file(
+    tmp_path: Path, node: FakeNode
+) -> None:
+    _write_held(tmp_path)
+    node.held.discard("libnccl2")  # apt-mark unhold libnccl2
+    node.pkgs["datacenter-gpu-manager"] = "1:3.3.5"  # a downgraded DCGM
+    node.files["/etc/security/limits.d/90-gpuforge.conf"] = "# emptied\n"
+    report = drift.run(tmp_path, node)
+    got = {(i.kind, i.item, i.desired, i.actual, i.role) for i in report.items}
+    assert got == {
+        ("package", "libnccl2 hold", "held", "not held", "nccl"),
+        ("package", "datacenter-gpu-manager", "1:3.3.6", "1:3.3.5", "dcgm"),
+        ("limit", "/etc/security/limits.d/90-gpuforge.conf: * hard memlock unlimited",
+         "* hard memlock unlimited", "missing", "dcgm"),
+    }  # fmt: skip
+    check = report.check()
+    assert check.status == "fail" and check.action == "quarantine"
+    assert "package libnccl2 hold: desired 'held', actual 'not held'" in str(check.evidence)
+
+
+def test_a_hold_that_cannot_be_read_is_an_error_not_drift(tmp_path: Path, node: FakeNode) -> None:
+    _write_held(tmp_path)
+    node.broken = {"hold"}
+    report = drift.run(tmp_path, node)
+    assert report.items == []
+    assert report.errors == ["package hold: dpkg-query: no answer in 10s"]
+    assert report.check().status == "error"
+
+
+def test_the_hold_of_a_package_gone_is_not_asked(tmp_path: Path, node: FakeNode) -> None:
+    _write_held(tmp_path)
+    del node.pkgs["libnccl2"]
+    node.broken = {"hold"}  # never asked: the package's absence is the drift
+    items = drift.run(tmp_path, node).items
+    assert [(i.item, i.actual) for i in items] == [("libnccl2", "not installed")]
+
+
+def test_holds_must_be_a_list_of_names(tmp_path: Path) -> None:
+    bad = {"schema": drift.EXPECTED_SCHEMA, "role": "nccl", "holds": "libnccl2"}
+    with pytest.raises(drift.ExpectedError, match="holds: must be a list"):
+        drift.parse_expected(tmp_path / "nccl.json", bad)
+
+
+def test_live_holds_read_dpkgs_selection_with_a_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert drift.parse_holds(
+        "libnccl2\thold ok installed\nlibnccl-dev\tinstall ok installed\n"
+        "old\thold ok config-files\n\tjunk\n"
+    ) == {"libnccl2", "old"}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dpkg-query"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "[ \"$3\" = 'libnccl2' ] && exec sleep 5\n"
+        "printf 'libnccl2\\thold ok installed\\nlibnccl-dev\\tinstall ok installed\\n'\n"
+        "exit 1\n"  # dpkg-query: some name not installed
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    live = drift.LiveSystem(tmp_path)
+    assert live.holds(["libnccl-dev", "libnccl2", "gone"]) == {"libnccl2"}
+    monkeypatch.setattr(drift, "PROBE_TIMEOUT", 0.5)
+    with pytest.raises(drift.ProbeError, match="no answer"):
+        live.holds(["libnccl2"])

@@ -118,3 +118,32 @@ def test_record_is_idempotent_and_check_mode_writes_nothing(
 def test_limit_matches_the_node_side() -> None:
     spec = _load().DOCUMENTATION
     assert f"default: {filediff.CONTENT_MAX_BYTES}," in spec
+
+
+def test_the_holds_the_role_left_are_recorded_only_with_dpkg(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # dpkg's ${db:Status-Abbrev}: "hi " held and installed (how apt_pinned.yml leaves its pins)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    listings = {
+        "dpkg-query": "libnccl2\\t2.26.2-1\\thi \\nlibnccl-dev\\t2.26.2-1\\tii \\n",
+        "rpm": "libnccl\\t2.26.2-1\\tii\\n",
+    }
+    for name, line in listings.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\nprintf '{line}'\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    args = {"dir": str(tmp_path / "state"), "role": "nccl",
+            "packages": ["libnccl2", "libnccl-dev"]}  # fmt: skip
+    _run(capsys, args)
+    record = json.loads((tmp_path / "state" / "nccl.json").read_text())
+    assert record["packages"] == {"libnccl2": "2.26.2-1", "libnccl-dev": "2.26.2-1"}
+    assert record["holds"] == ["libnccl2"]
+    # a role that holds nothing keeps the record it wrote before (no holds key, no change)
+    (bin_dir / "dpkg-query").write_text("#!/bin/sh\nprintf 'libnccl2\\t2.26.2-1\\tii \\n'\n")
+    _run(capsys, {**args, "role": "plain"})
+    assert "holds" not in json.loads((tmp_path / "state" / "plain.json").read_text())
+    _run(capsys, {**args, "role": "el", "package_manager": "rpm", "packages": ["libnccl"]})
+    assert "holds" not in json.loads((tmp_path / "state" / "el.json").read_text())
