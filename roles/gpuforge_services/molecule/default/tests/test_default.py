@@ -60,7 +60,8 @@ def test_collector_started_again_after_sigkill(host):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         now = host.check_output(f"systemctl show --property=MainPID --value {UNIT}")
-        if now not in ("0", pid) and host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active":
+        active = host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+        if now not in ("0", pid) and active:
             break
         time.sleep(1)
     else:
