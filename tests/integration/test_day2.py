@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -450,6 +451,34 @@ def test_operator_drain_is_untouched_throughout(lab: Path, collector: None) -> N
     row = sinfo()[OPERATOR_NODE]
     assert "drain" in row.state, row
     assert row.reason == OPERATOR_REASON, row
+
+
+def test_conformance_runs_on_the_services_host_with_no_flags(
+    lab: Path, collector: None, env: dict[str, str]
+) -> None:
+    """``make conformance``'s command, given only the cluster directory: it runs on the services
+    host (found from the inventory, over SSH), its tasks post to the collector service there, and
+    it judges the idle nodes (the operator's is skipped)."""
+    proc = run(
+        on_services(env),
+        "conformance",
+        "run",
+        "--inventory",
+        str(lab),
+        "--level",
+        "passive",
+        "--window",
+        "5",
+        timeout=1200,
+    )
+    out = proc.stdout + proc.stderr
+    LOG.info("conformance on the services host:\n%s", out[-3000:])
+    assert "Traceback" not in out
+    assert proc.returncode in (0, 1), out
+    assert re.match(r"conformance run \d+ \(passive, ", proc.stdout), out
+    passed = re.search(r"\bpass (\d+)", proc.stdout.splitlines()[0])
+    assert passed and int(passed.group(1)) >= 1, out
+    assert "judged no node" not in out
 
 
 # ---- monitoring (issue 18): the right alert at the webhook sink, resolved when cleared ----------
