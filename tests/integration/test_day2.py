@@ -338,13 +338,28 @@ def _spooled(node: str) -> int:
     return int(proc.stdout.strip() or 0)
 
 
-def _latest_passive(env: dict[str, str], lab: Path, node: str) -> float:
+def _latest_passive(env: dict[str, str], lab: Path, node: str) -> dict[str, float]:
+    """The node's newest passive record in the services host's history: its time and when the
+    collector received it (unix seconds)."""
     proc = run(
         on_services(env), "health", "history", node, "--inventory", str(lab), "--json", timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    at = json.loads(proc.stdout)["latest"]["passive"]["received"]
-    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    row = json.loads(proc.stdout)["latest"]["passive"]
+    return {
+        k: datetime.fromisoformat(row[k].replace("Z", "+00:00")).timestamp()
+        for k in ("at", "received")
+    }
+
+
+def _last_run(node: str) -> float:
+    """When the node's newest passive run started, as the node itself recorded it."""
+    proc = ssh(node, "cat", "/var/lib/gpuforge/health/last-passive.json")
+    assert proc.returncode == 0, proc.stderr
+    started = json.loads(proc.stdout)["started"]
+    if isinstance(started, str):
+        return datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    return float(started)
 
 
 def test_collector_service_survives_sigkill_mid_burst_and_a_restart(
@@ -380,14 +395,22 @@ def test_collector_service_survives_sigkill_mid_burst_and_a_restart(
     )
     assert back
     restarted = time.time()
-    # what the kill left in the spools goes at each node's next run (HealthCheckInterval)
+    # the started collector takes records again (each node's next run, HealthCheckInterval), and
+    # what the kill left in the spools goes with them
+    wait_for(
+        lambda: all(_latest_passive(env, lab, n)["received"] > restarted for n in GPU_NODES),
+        INTERVAL_S * 2 + 30,
+        "every node's record to reach the started collector",
+    )
     wait_for(
         lambda: not any(_spooled(n) for n in GPU_NODES),
         INTERVAL_S * 2 + 30,
         "the nodes' spools to drain",
     )
+    # nothing answered was lost: each node's newest run is in the history (read after the node)
     for node in GPU_NODES:
-        assert _latest_passive(env, lab, node) >= restarted - 1, node
+        last = _last_run(node)
+        assert _latest_passive(env, lab, node)["at"] >= last - 1, node
     # one writer per history: a collector started by hand on the same state is refused
     second = ssh(
         CONTROLLER,
