@@ -201,6 +201,35 @@ def test_a_field_the_store_cannot_hold_is_refused_and_named_the_record_kept(
     still_serving(url)
 
 
+def test_an_event_without_a_time_is_stored_at_the_records_time(served: Served) -> None:
+    # The record schema allows "time": null; the whole record must not be refused for it.
+    url, port, collector = served
+    rec = record(
+        "gpu01",
+        at=T0 - 60,
+        events=[
+            {"time": None, "gpu": 1, "event": "xid", "code": 79},
+            {"gpu": 2, "event": "xid", "code": 48},
+            {"time": None, "gpu": 3, "event": "xid", "code": 13},
+        ],
+    )
+    text = json.dumps(rec).replace('"code": 13', '"code": ' + str(2**70))
+    answer = post_raw(port, text.encode())
+    assert status_of(answer) == 200
+    assert any(r.startswith("events[2].code: ") for r in body_of(answer)["refused"])
+    assert collector.store.latest()["gpu01"].verdict == "pass"
+    with collector.store.read() as db:
+        events = db.execute(
+            "SELECT at, gpu, code FROM events WHERE node = 'gpu01' ORDER BY gpu"
+        ).fetchall()
+    assert events == [(T0 - 60, 1, 79), (T0 - 60, 2, 48), (T0 - 60, 3, None)]
+    # Sent again (a spooled copy): each event is still stored once.
+    assert status_of(post_raw(port, text.encode())) == 200
+    with collector.store.read() as db:
+        assert db.execute("SELECT count(*) FROM events WHERE node = 'gpu01'").fetchone() == (3,)
+    still_serving(url)
+
+
 @pytest.mark.parametrize(
     "length",
     ["\uff11\uff12", "\u0661\u0662", "1" * 5000, "-5", "12 34", "0x10", "1e3"],
