@@ -772,3 +772,20 @@ def _event(r: Sequence[Any]) -> HistoryEvent:
         detail=r[8],
         data=json.loads(r[9]) if r[9] else {},
     )
+
+
+def check_store(path: Path) -> str | None:
+    """Why the history database at ``path`` is damaged (one line), or None when it is sound.
+
+    Read-only: SQLite's full ``integrity_check`` and the header (:func:`database.check_integrity`).
+    """
+    return database.check_integrity(path, SCHEMA)
+
+
+def repair_store(path: Path) -> database.Salvage:
+    """Rebuild the history database at ``path`` from every row of it that can be read.
+
+    A copy is kept first (``history.db.v<N>.bak``); the caller holds the collector's lock so
+    that no collector writes meanwhile (:func:`database.rebuild`).
+    """
+    return database.rebuild(path, SCHEMA)
