@@ -167,9 +167,17 @@ def is_damage(exc: sqlite3.DatabaseError) -> bool:
     return type(exc) is sqlite3.DatabaseError
 
 
-def damaged(path: Path, schema: Schema, exc: BaseException) -> InputError:
+class Damaged(InputError):  # noqa: N818 - reads as the state it reports
+    """A damaged page met after the file was opened: the file's fault, not the caller's input.
+
+    Still an :class:`InputError` (exit 2, one line); a writer that refuses what its input causes
+    tells it apart (the collector answers 503, so the node keeps its record, not 400).
+    """
+
+
+def damaged(path: Path, schema: Schema, exc: BaseException) -> Damaged:
     """The error for a page found damaged after the file was opened."""
-    return InputError(f"{path}: damaged ({_one_line(exc)}); {schema.recovery}")
+    return Damaged(f"{path}: damaged ({_one_line(exc)}); {schema.recovery}")
 
 
 def unreadable(path: Path, schema: Schema, why: str) -> InputError:

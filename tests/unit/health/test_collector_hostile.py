@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from gpuforge import database
 from gpuforge.health import intake
 from gpuforge.health.collector import MAX_BODY, Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
-from gpuforge.history.store import HistoryStore, iso
+from gpuforge.history.store import SCHEMA, HistoryStore, iso
 
 from ..history.records import T0, record
 from .conftest import MakeDecider
@@ -464,6 +465,27 @@ def test_a_store_error_from_the_content_is_a_4xx_and_the_node_drops_it(
     got, body = post(url, GOOD)
     assert got == status
     assert "not stored" in body["error"]
+
+
+def test_a_damaged_store_is_a_503_and_the_node_keeps_its_record(
+    served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A damaged page is the store's fault, not the record's: a 400 would make the node drop a
+    # record the repaired store would take (docs/runbooks/history-store-damaged.md).
+    url, _, collector = served
+    damage = database.damaged(
+        collector.store.path, SCHEMA, sqlite3.DatabaseError("database disk image is malformed")
+    )
+
+    def fail(*_: Any, **__: Any) -> Any:
+        raise damage
+
+    monkeypatch.setattr(collector.store, "ingest", fail)
+    got, body = post(url, GOOD)
+    assert got == 503
+    assert "damaged (database disk image is malformed)" in body["error"]
+    assert len([m for m in lines(caplog) if "the node sends it again" in m]) == 1
+    still_serving(url)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
