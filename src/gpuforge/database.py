@@ -167,9 +167,17 @@ def is_damage(exc: sqlite3.DatabaseError) -> bool:
     return type(exc) is sqlite3.DatabaseError
 
 
-def damaged(path: Path, schema: Schema, exc: BaseException) -> InputError:
+class Damaged(InputError):  # noqa: N818 - reads as the state it reports
+    """A damaged page met after the file was opened: the file's fault, not the caller's input.
+
+    Still an :class:`InputError` (exit 2, one line); a writer that refuses what its input causes
+    tells it apart (the collector answers 503, so the node keeps its record, not 400).
+    """
+
+
+def damaged(path: Path, schema: Schema, exc: BaseException) -> Damaged:
     """The error for a page found damaged after the file was opened."""
-    return InputError(f"{path}: damaged ({_one_line(exc)}); {schema.recovery}")
+    return Damaged(f"{path}: damaged ({_one_line(exc)}); {schema.recovery}")
 
 
 def unreadable(path: Path, schema: Schema, why: str) -> InputError:
@@ -374,3 +382,347 @@ def tables(conn: sqlite3.Connection) -> set[str]:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+# -- integrity check and repair (``gpuforge health store check|repair``)
+
+#: The most problems :func:`check_integrity` names (SQLite's ``integrity_check`` can list many).
+_PROBLEMS_SHOWN = 3
+
+
+def check_integrity(path: Path, schema: Schema) -> str | None:
+    """Why ``path`` is not a sound ``schema`` database (one line), or None when it is.
+
+    Read-only (``mode=ro``): the file, its tables and rows are never changed. Runs SQLite's full
+    ``PRAGMA integrity_check`` (every page, row and index entry; ``quick_check`` skips the
+    indexes' contents), then the header's application id and version. Raises
+    :class:`InputError` when there is no file to check.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no {schema.kind} (nothing has written one yet)")
+    try:
+        _refuse_non_sqlite(path, schema)
+    except InputError as exc:
+        return _reason(str(exc))
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = _connect(path, True, True, 30.0)
+        rows = conn.execute("PRAGMA integrity_check(100)").fetchall()
+        problems = [str(r[0]) for r in rows if r and r[0] != "ok"]
+        if problems:
+            more = len(problems) - _PROBLEMS_SHOWN
+            shown = "; ".join(_one_line(Exception(p)) for p in problems[:_PROBLEMS_SHOWN])
+            return shown + (f"; and {more} more" if more > 0 else "")
+        _version(conn, path, schema)
+    except InputError as exc:
+        return _reason(str(exc))
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise OperationError(
+                f"{path}: cannot check the {schema.kind}: {_one_line(exc)}"
+            ) from None
+        return _one_line(exc)
+    finally:
+        if conn is not None:
+            conn.close()
+    return None
+
+
+def _reason(message: str) -> str:
+    """The reason in an :func:`unreadable` message (``FILE: said (REASON); recovery``)."""
+    head = message.split("; ", 1)[0]
+    if "(" in head and head.endswith(")"):
+        return head[head.index("(") + 1 : -1]
+    return head
+
+
+def free_backup_path(path: Path, version: int) -> Path:
+    """``<name>.v<version>.bak`` beside ``path``, or ``<name>.v<version>.<n>.bak`` when taken."""
+    path = Path(path)
+    target = path.with_name(f"{path.name}.v{version}.bak")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.v{version}.{n}.bak")
+    return target
+
+
+@dataclass(frozen=True)
+class TableSalvage:
+    """What a rebuild kept of one table: rows copied, rows known lost (None: unknown)."""
+
+    table: str
+    kept: int
+    lost: int | None
+    damaged: bool
+
+
+@dataclass(frozen=True)
+class Salvage:
+    """What :func:`rebuild` did: the copy it kept first, and each table's rows kept and lost."""
+
+    path: Path
+    backup: Path
+    tables: tuple[TableSalvage, ...]
+
+    @property
+    def kept(self) -> int:
+        """Rows copied into the new file, all tables together."""
+        return sum(t.kept for t in self.tables)
+
+    @property
+    def lost(self) -> int | None:
+        """Rows known lost, all tables together (None when a damaged table's count is unknown)."""
+        counts = [t.lost for t in self.tables]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+
+def rebuild(path: Path, schema: Schema) -> Salvage:
+    """Replace ``path`` by a new ``schema`` database holding every row of it that can be read.
+
+    The caller keeps every writer away (the file's one-writer lock). First a copy is kept as
+    ``<name>.v<N>.bak`` (:func:`free_backup_path`; SQLite's online backup, else the file's bytes
+    with its ``-wal``); then a fresh file is made beside it at this gpuforge's schema version and
+    filled table by table, and where a table cannot be read through, row by row: forward from
+    its first key, skipping over what fails, and backward from its last. The new file passes
+    :func:`check_integrity` before it replaces the old one (and the old ``-wal``/``-shm``).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no {schema.kind} to repair")
+    _refuse_non_sqlite(path, schema)
+    src = _connect(path, True, True, 30.0)
+    try:
+        try:
+            version = int(src.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError:
+            version = 0
+        backup = _keep_copy(path, src, version)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.repair")
+        tmp.unlink(missing_ok=True)
+        dst = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            _migrate(dst, schema)
+            salvaged = tuple(_salvage(src, dst))
+        finally:
+            dst.close()
+    except sqlite3.DatabaseError as exc:
+        path.with_name(f".{path.name}.{os.getpid()}.repair").unlink(missing_ok=True)
+        raise OperationError(
+            f"{path}: cannot repair the {schema.kind}: {_one_line(exc)}; it was not changed"
+        ) from None
+    finally:
+        src.close()
+    why = check_integrity(tmp, schema)
+    if why is not None:
+        tmp.unlink(missing_ok=True)
+        raise OperationError(f"{path}: the rebuilt copy is not sound ({why}); it was not changed")
+    if schema.wal:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
+    for sidecar in ("-wal", "-shm"):
+        path.with_name(path.name + sidecar).unlink(missing_ok=True)
+    tmp.replace(path)
+    return Salvage(path, backup, salvaged)
+
+
+def _keep_copy(path: Path, src: sqlite3.Connection, version: int) -> Path:
+    target = free_backup_path(path, version)
+    copy = sqlite3.connect(target)
+    try:
+        src.backup(copy)
+        return target
+    except sqlite3.DatabaseError:
+        pass  # a page SQLite cannot read: the bytes as they are
+    finally:
+        copy.close()
+    target.unlink(missing_ok=True)
+    for suffix in ("", "-wal"):
+        origin = path.with_name(path.name + suffix)
+        if origin.exists():
+            with origin.open("rb") as fh, target.with_name(target.name + suffix).open("wb") as out:
+                while chunk := fh.read(1 << 20):
+                    out.write(chunk)
+    return target
+
+
+def _salvage(src: sqlite3.Connection, dst: sqlite3.Connection) -> Iterator[TableSalvage]:
+    try:
+        names = sorted(
+            r[0]
+            for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not str(r[0]).startswith("sqlite_")
+        )
+    except sqlite3.DatabaseError as exc:
+        raise sqlite3.DatabaseError(f"its table list cannot be read ({_one_line(exc)})") from None
+    wanted = tables(dst)
+    for name in names:
+        if name not in wanted:
+            continue  # not a table of this schema: kept in the backup only
+        yield _copy_table(src, dst, name)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, int, str]]:
+    """``(name, pk position, type)`` of each column of ``table``."""
+    return [
+        (str(r[1]), int(r[5]), str(r[2]).upper())
+        for r in conn.execute(f"PRAGMA table_info({_quoted(table)})")
+    ]
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _copy_table(src: sqlite3.Connection, dst: sqlite3.Connection, table: str) -> TableSalvage:
+    try:
+        theirs = _columns(src, table)
+    except sqlite3.DatabaseError:
+        return TableSalvage(table, 0, _count(src, table), True)
+    ours = {c[0] for c in _columns(dst, table)}
+    cols = [c[0] for c in theirs if c[0] in ours]
+    pks = sorted((c for c in theirs if c[1] > 0), key=lambda c: c[1])
+    without_rowid = bool(
+        src.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ? AND sql LIKE '%WITHOUT ROWID%'", (table,)
+        ).fetchone()
+    )
+    alias = len(pks) == 1 and pks[0][2] == "INTEGER"
+    names = ", ".join(_quoted(c) for c in cols)
+    if without_rowid:
+        keys = [_quoted(c[0]) for c in pks]
+        insert_cols = names
+    else:
+        keys = ["rowid"]
+        insert_cols = names if alias else f"rowid, {names}"
+    select = f"SELECT {', '.join(keys)}, {names} FROM {_quoted(table)}"  # noqa: S608 - names from the schema
+    insert = (
+        f"INSERT OR IGNORE INTO {_quoted(table)} ({insert_cols}) "  # noqa: S608
+        f"VALUES ({', '.join('?' * (len(cols) + (0 if alias or without_rowid else 1)))})"
+    )
+    width = len(keys)
+    kept = 0
+    damaged = False
+
+    def put(row: tuple[object, ...]) -> None:
+        nonlocal kept
+        values = row[width:] if (alias or without_rowid) else (row[0], *row[width:])
+        kept += dst.execute(insert, values).rowcount
+
+    dst.execute("BEGIN")
+    try:
+        if not _scan(src, f"{select} ORDER BY {', '.join(keys)}", (), put):
+            damaged = True
+            if without_rowid:
+                desc = ", ".join(f"{k} DESC" for k in keys)
+                _scan(src, f"{select} ORDER BY {desc}", (), put)
+            else:
+                _skip_scan(src, table, select, put)
+    finally:
+        dst.execute("COMMIT")
+    if not damaged:
+        return TableSalvage(table, kept, 0, False)
+    total = _count(src, table)
+    return TableSalvage(table, kept, None if total is None else max(total - kept, 0), True)
+
+
+def _scan(
+    src: sqlite3.Connection,
+    sql: str,
+    args: tuple[object, ...],
+    put: Callable[[tuple[object, ...]], None],
+) -> bool:
+    """Feed the rows of ``sql`` to ``put`` until one cannot be read; whether all could."""
+    try:
+        for row in src.execute(sql, args):
+            put(tuple(row))
+    except sqlite3.DatabaseError:
+        return False
+    return True
+
+
+def _skip_scan(
+    src: sqlite3.Connection,
+    table: str,
+    select: str,
+    put: Callable[[tuple[object, ...]], None],
+) -> None:
+    """Row by row by rowid: read forward, and past a rowid that fails try further and further."""
+    last: list[int] = []
+
+    def track(row: tuple[object, ...]) -> None:
+        last[:] = [int(str(row[0]))]
+        put(row)
+
+    top = _max_rowid(src, table, select, put)
+    start = -(2**63)
+    while True:
+        if _scan(src, f"{select} WHERE rowid >= ? ORDER BY rowid", (start,), track):
+            return
+        after = last[0] if last and last[0] >= start else start
+        gap = 1
+        while True:
+            probe = after + gap
+            if top is None or probe > top:
+                return
+            try:
+                found = src.execute(
+                    f"SELECT rowid FROM {_quoted(table)} WHERE rowid >= ? ORDER BY rowid LIMIT 1",  # noqa: S608
+                    (probe,),
+                ).fetchone()
+            except sqlite3.DatabaseError:
+                gap *= 2
+                continue
+            if found is None:
+                return
+            start = int(found[0])
+            try:
+                row = src.execute(f"{select} WHERE rowid = ?", (start,)).fetchone()
+            except sqlite3.DatabaseError:
+                after, gap = start, 1
+                continue
+            if row is not None:
+                track(tuple(row))
+            start += 1
+            break
+
+
+def _max_rowid(
+    src: sqlite3.Connection, table: str, select: str, put: Callable[[tuple[object, ...]], None]
+) -> int | None:
+    """The table's largest rowid (the rows read backward from it kept), None when unknown."""
+    try:
+        row = src.execute(f"SELECT max(rowid) FROM {_quoted(table)}").fetchone()  # noqa: S608
+        if row is not None and row[0] is not None:
+            top = int(row[0])
+            _scan(src, f"{select} ORDER BY rowid DESC", (), put)
+            return top
+    except sqlite3.DatabaseError:
+        pass
+    return None
+
+
+def _count(src: sqlite3.Connection, table: str) -> int | None:
+    """The rows ``table`` holds, counted through the table or else through each of its indexes."""
+    try:
+        indexes = [
+            str(r[0])
+            for r in src.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (table,)
+            )
+        ]
+    except sqlite3.DatabaseError:
+        indexes = []
+    ways = ["", *(f" INDEXED BY {_quoted(i)}" for i in indexes)]
+    for way in ways:
+        try:
+            row = src.execute(f"SELECT count(*) FROM {_quoted(table)}{way}").fetchone()  # noqa: S608
+        except sqlite3.DatabaseError:
+            continue
+        if row is not None:
+            return int(row[0])
+    return None

@@ -3,7 +3,8 @@
 ``serve`` runs on the controller (a systemd service; in the lab a background process on the
 lab network's gateway); ``history`` reads the store it writes, on the services host when the
 cluster directory names one (docs/health.md, "Controller: collector, decisions, history" and
-"Where the tools run").
+"Where the tools run"); ``store check`` and ``store repair`` check and rebuild that store
+(docs/runbooks/history-store-damaged.md).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gpuforge.health.collector import (
 )
 from gpuforge.health.decide import DRAIN_ACTIONS, Decider, DecisionPolicy
 from gpuforge.health.fleet import TEXTFILE_DIR
-from gpuforge.history.store import HistoryStore, Retention, iso
+from gpuforge.history.store import HistoryStore, Retention, check_store, iso, repair_store
 from gpuforge.inventory.reader import host_vars
 from gpuforge.ssh import SshTarget
 
@@ -81,15 +82,20 @@ cluster_dir = cluster_root
 slurm_client = context_slurm_client
 
 
-def open_history(state_dir: Path, cluster: str | None) -> HistoryStore:
-    """The history of ``cluster``, or of the only cluster under ``state_dir`` that has one."""
+def history_file(state_dir: Path, cluster: str | None) -> Path:
+    """The history file of ``cluster``, or of the only cluster under ``state_dir`` that has one."""
     if cluster:
-        return HistoryStore.open(state_paths(state_dir, cluster).history_db, create=False)
+        return state_paths(state_dir, cluster).history_db
     found = sorted(state_dir.glob("*/history.db"))
     if len(found) != 1:
         names = ", ".join(p.parent.name for p in found) or "none"
         raise InputError(f"give --cluster: histories under {state_dir}: {names}")
-    return HistoryStore.open(found[0], create=False)
+    return found[0]
+
+
+def open_history(state_dir: Path, cluster: str | None) -> HistoryStore:
+    """The history of ``cluster``, or of the only cluster under ``state_dir`` that has one."""
+    return HistoryStore.open(history_file(state_dir, cluster), create=False)
 
 
 @click.group("health")
@@ -335,3 +341,86 @@ def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
     for s in snaps:
         moved = {k: v for k, v in s.counters.items() if v}
         click.echo(f"{iso(s.at)}  counters {len(s.counters)} ({len(moved)} non-zero) {moved}")
+
+
+@health.group("store")
+def store_group() -> None:
+    """The history store (history.db): check its integrity, rebuild a damaged one."""
+
+
+def _store_path(cluster: str | None, inventory: Path | None, state_dir: Path) -> Path:
+    name = cluster if inventory is None else cluster_context(cluster, inventory, state_dir).name
+    return history_file(state_dir, name)
+
+
+@store_group.command("check")
+@on_services_host()
+@cluster_option
+@inventory_option
+@state_option
+@json_option
+def store_check_cmd(
+    cluster: str | None, inventory: Path | None, state_dir: Path, as_json: bool
+) -> None:
+    """Check history.db with SQLite's full integrity check; read-only.
+
+    Exit 0 when sound, 2 when damaged (``FILE: damaged (...)``). Run on the services host when
+    the cluster directory names one.
+    """
+    path = _store_path(cluster, inventory, state_dir)
+    why = check_store(path)
+    if as_json:
+        echo_json({"file": str(path), "ok": why is None, "damaged": why})
+    if why is not None:
+        raise InputError(f"{path}: damaged ({why}); see `gpuforge health store repair`")
+    if not as_json:
+        click.echo(f"{path}: ok (integrity_check)")
+
+
+@store_group.command("repair")
+@on_services_host()
+@cluster_option
+@inventory_option
+@state_option
+@json_option
+def store_repair_cmd(
+    cluster: str | None, inventory: Path | None, state_dir: Path, as_json: bool
+) -> None:
+    """Rebuild a damaged history.db from every row that can be read, after a backup.
+
+    Refused (exit 2) while a collector holds the history's lock: stop it first. A copy is kept
+    as history.db.vN.bak; the rows kept and lost are reported per table. Exit 0 when the
+    rebuilt file is sound (or the file needed nothing), 1 when it could not be rebuilt.
+    """
+    path = _store_path(cluster, inventory, state_dir)
+    with claim_history(path, "gpuforge health store repair"):
+        why = check_store(path)
+        if why is None:
+            if as_json:
+                echo_json({"file": str(path), "repaired": False, "ok": True})
+            else:
+                click.echo(f"{path}: ok (integrity_check), nothing to repair")
+            return
+        salvage = repair_store(path)
+    lost = "unknown" if salvage.lost is None else str(salvage.lost)
+    if as_json:
+        echo_json(
+            {
+                "file": str(path),
+                "repaired": True,
+                "was": why,
+                "backup": str(salvage.backup),
+                "kept": salvage.kept,
+                "lost": salvage.lost,
+                "tables": {
+                    t.table: {"kept": t.kept, "lost": t.lost, "damaged": t.damaged}
+                    for t in salvage.tables
+                },
+            }
+        )
+        return
+    click.echo(f"{path}: was damaged ({why}); a copy is kept as {salvage.backup}")
+    for t in salvage.tables:
+        gone = "unknown" if t.lost is None else str(t.lost)
+        click.echo(f"  {t.table}: kept {t.kept}, lost {gone}" + (" (damaged)" if t.damaged else ""))
+    click.echo(f"{path}: rebuilt: kept {salvage.kept} rows, lost {lost}; integrity_check ok")

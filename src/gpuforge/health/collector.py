@@ -53,6 +53,7 @@ from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask, ThreadedTaskDispatcher, WSGITask
 
+from gpuforge.database import Damaged
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.health import intake
 from gpuforge.health.auth import Authenticator
@@ -321,6 +322,10 @@ class Collector:
         text = intake.dumps(record) if notes else body.decode("utf-8")
         try:
             self._writer.submit((record, text)).result(timeout=STORE_WAIT_S)
+        except Damaged as exc:  # the store's fault, not the record's: the node keeps it
+            log.warning("%s: record from %s not stored (the node sends it again): %s",
+                        peer, node, _one_line(str(exc)))  # fmt: skip
+            return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
         except CONTENT_ERRORS as exc:
             # The record itself cannot be stored: the node drops it rather than resend it forever.
             return self._refuse(peer, HTTPStatus.BAD_REQUEST, f"not stored: {exc}", "malformed")

@@ -11,6 +11,8 @@ Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the stor
   so a healthy node costs a row only when a counter moves. Dense time series are Prometheus's;
 * ``events``: kernel-log events the nodes report (``xid``, ...) and the controller's own
   (``drain``, ``resume``, ``refused``, ``failure``, ``remediation``, ``rma``), each once.
+  A node's event without a time (``"time": null``, which the record schema allows) is stored at
+  its record's ``started`` time.
 
 Retention (:class:`Retention`, applied by :meth:`HistoryStore.prune`): snapshots 30 days, verdict
 changes and events 400 days, the records of pass/warn changes 30 days; latest rows are kept while
@@ -511,7 +513,10 @@ class HistoryStore:
         stored = 0
         for e in f.events:
             kind = str(e.get("event") or "event")
-            at = parse_time(e.get("time", f.at), f"record from {f.node}: events: time")
+            # The schema allows an event without a time (``"time": null`` or none): it is
+            # stored at the record's own start time rather than refusing the whole record.
+            when = e.get("time")
+            at = f.at if when is None else parse_time(when, f"record from {f.node}: events: time")
             cur = db.execute(
                 "INSERT OR IGNORE INTO events (at, node, kind, check_name, action, code, gpu,"
                 " source, detail, data, key) VALUES (?, ?, ?, ?, ?, ?, ?, 'node', ?, ?, ?)",
@@ -767,3 +772,20 @@ def _event(r: Sequence[Any]) -> HistoryEvent:
         detail=r[8],
         data=json.loads(r[9]) if r[9] else {},
     )
+
+
+def check_store(path: Path) -> str | None:
+    """Why the history database at ``path`` is damaged (one line), or None when it is sound.
+
+    Read-only: SQLite's full ``integrity_check`` and the header (:func:`database.check_integrity`).
+    """
+    return database.check_integrity(path, SCHEMA)
+
+
+def repair_store(path: Path) -> database.Salvage:
+    """Rebuild the history database at ``path`` from every row of it that can be read.
+
+    A copy is kept first (``history.db.v<N>.bak``); the caller holds the collector's lock so
+    that no collector writes meanwhile (:func:`database.rebuild`).
+    """
+    return database.rebuild(path, SCHEMA)

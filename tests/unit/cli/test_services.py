@@ -353,3 +353,21 @@ def test_a_context_knows_its_services_host(tmp_path: Path) -> None:
     assert (with_group.services.hostname, with_group.services.controller) == ("ctl01", True)
     without = cluster_context(None, _cluster(tmp_path / "b", group=False), tmp_path / "state")
     assert without.services is None
+
+
+@pytest.mark.parametrize("verb", ["check", "repair"])
+def test_store_check_and_repair_run_on_the_services_host(
+    tmp_path: Path, ssh_log: Path, remote_gpuforge: Path, verb: str
+) -> None:
+    root = _cluster(tmp_path / "lab")
+    remote_state = _history(tmp_path / "remote-state")
+    _host_vars(root, "ctl01", ansible_host="10.9.9.9", ansible_user="admin",
+               gpuforge_services_gpuforge=str(remote_gpuforge),
+               gpuforge_services_cluster_dir=str(root),
+               gpuforge_services_state_dir=str(remote_state))  # fmt: skip
+    result = run("health", "store", verb, "--inventory", root)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"{remote_state}/lab/history.db: ok (integrity_check)")
+    words = ["env", "GPUFORGE_SERVICES_HOST=ctl01", str(remote_gpuforge), "health", "store",
+             verb, "--inventory", str(root), "--state-dir", str(remote_state)]  # fmt: skip
+    assert _ssh_argv(ssh_log)[-1] == remote_line(shlex.join(words), 600)

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from gpuforge import database
 from gpuforge.health import intake
 from gpuforge.health.collector import MAX_BODY, Collector, make_server
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
-from gpuforge.history.store import HistoryStore, iso
+from gpuforge.history.store import SCHEMA, HistoryStore, iso
 
 from ..history.records import T0, record
 from .conftest import MakeDecider
@@ -198,6 +199,35 @@ def test_a_field_the_store_cannot_hold_is_refused_and_named_the_record_kept(
         events = db.execute("SELECT kind, code FROM events WHERE node = 'gpu01'").fetchall()
     assert events == [("xid", None)]
     assert len([m for m in lines(caplog) if "stored without" in m]) == 1
+    still_serving(url)
+
+
+def test_an_event_without_a_time_is_stored_at_the_records_time(served: Served) -> None:
+    # The record schema allows "time": null; the whole record must not be refused for it.
+    url, port, collector = served
+    rec = record(
+        "gpu01",
+        at=T0 - 60,
+        events=[
+            {"time": None, "gpu": 1, "event": "xid", "code": 79},
+            {"gpu": 2, "event": "xid", "code": 48},
+            {"time": None, "gpu": 3, "event": "xid", "code": 13},
+        ],
+    )
+    text = json.dumps(rec).replace('"code": 13', '"code": ' + str(2**70))
+    answer = post_raw(port, text.encode())
+    assert status_of(answer) == 200
+    assert any(r.startswith("events[2].code: ") for r in body_of(answer)["refused"])
+    assert collector.store.latest()["gpu01"].verdict == "pass"
+    with collector.store.read() as db:
+        events = db.execute(
+            "SELECT at, gpu, code FROM events WHERE node = 'gpu01' ORDER BY gpu"
+        ).fetchall()
+    assert events == [(T0 - 60, 1, 79), (T0 - 60, 2, 48), (T0 - 60, 3, None)]
+    # Sent again (a spooled copy): each event is still stored once.
+    assert status_of(post_raw(port, text.encode())) == 200
+    with collector.store.read() as db:
+        assert db.execute("SELECT count(*) FROM events WHERE node = 'gpu01'").fetchone() == (3,)
     still_serving(url)
 
 
@@ -435,6 +465,27 @@ def test_a_store_error_from_the_content_is_a_4xx_and_the_node_drops_it(
     got, body = post(url, GOOD)
     assert got == status
     assert "not stored" in body["error"]
+
+
+def test_a_damaged_store_is_a_503_and_the_node_keeps_its_record(
+    served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A damaged page is the store's fault, not the record's: a 400 would make the node drop a
+    # record the repaired store would take (docs/runbooks/history-store-damaged.md).
+    url, _, collector = served
+    damage = database.damaged(
+        collector.store.path, SCHEMA, sqlite3.DatabaseError("database disk image is malformed")
+    )
+
+    def fail(*_: Any, **__: Any) -> Any:
+        raise damage
+
+    monkeypatch.setattr(collector.store, "ingest", fail)
+    got, body = post(url, GOOD)
+    assert got == 503
+    assert "damaged (database disk image is malformed)" in body["error"]
+    assert len([m for m in lines(caplog) if "the node sends it again" in m]) == 1
+    still_serving(url)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10) -> None:
