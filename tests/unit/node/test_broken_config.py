@@ -189,3 +189,56 @@ def test_the_zipapp_allows_the_job_fast_and_small(name: str, pyz: Path, tmp_path
         assert len(done.stderr.splitlines()) == 1, done.stderr
         assert "Traceback" not in done.stderr
         assert BROKEN[name][1] in done.stderr
+
+
+WRAPPER = Path(__file__).resolve().parents[3] / "roles/health/templates/gpuforge-wrapper.j2"
+
+#: name -> (the checker's code, the wrapper's exit per tier, what its line says when it is 0).
+_FAKE_CHECKERS: dict[str, tuple[str, dict[str, int], str]] = {
+    "blocks": ("import sys; sys.exit(1)", {"prolog": 1, "epilog": 0}, "exit 1"),
+    "passes": ("import sys; sys.exit(0)", {"prolog": 0, "epilog": 0}, ""),
+    "usage": ("import sys; sys.exit(2)", {"prolog": 0, "epilog": 0}, "exit 2"),
+    "killed": (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        {"prolog": 0, "epilog": 0},
+        "killed after its time budget",
+    ),
+}
+
+
+@pytest.mark.parametrize("fake", sorted(_FAKE_CHECKERS))
+@pytest.mark.parametrize("tier", ["prolog", "epilog"])
+def test_the_wrapper_passes_only_the_prologs_own_block(
+    fake: str, tier: str, tmp_path: Path
+) -> None:
+    jinja2 = pytest.importorskip("jinja2")
+    code, exits, why = _FAKE_CHECKERS[fake]
+    checker = tmp_path / "checker.py"
+    checker.write_text(code + "\n")
+    script = tmp_path / f"gpuforge-{tier}"
+    template = jinja2.Environment(trim_blocks=True).from_string(WRAPPER.read_text())
+    script.write_text(
+        template.render(
+            ansible_managed="managed",
+            __health_config=str(tmp_path / "health.yaml"),
+            __health_bundle=str(checker),
+            health_tier_timeouts={"passive": 10, "prolog": 2, "epilog": 60},
+            item={"key": tier, "value": tier},
+        )
+    )
+    done = subprocess.run(
+        ["/bin/sh", str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == exits[tier], done.stderr
+    allowed = "job allowed" if tier == "prolog" else "node not drained"
+    expected = (
+        []
+        if not why or done.returncode
+        else [f"gpuforge-node: health {tier}: checker error: {why}: {allowed}"]
+    )
+    lines = done.stderr.splitlines()
+    if fake == "killed":
+        # The shell's own word for a child killed by a signal; slurmd logs both lines.
+        assert lines[:1] == ["Killed"]
+        lines = lines[1:]
+    assert lines == expected
