@@ -3,8 +3,10 @@
 Exit status (docs/health.md, "Exit status"): ``passive`` 0 on any verdict (slurmd ignores
 HealthCheckProgram's status; the collector drains), 2 when the config cannot be read;
 ``prolog`` 1 only when the job must not start here (a non-zero Prolog drains the node and
-requeues the job), 0 otherwise, also when the config cannot be read (a check that cannot run
-never drains); ``epilog`` 0 (a non-zero Epilog would drain behind the circuit breaker).
+requeues the job; for a new Xid only with the collector's consent, see
+:func:`gpuforge.node.engine.prolog_consent`), 0 otherwise; ``epilog`` 0 (a non-zero Epilog would
+drain behind the circuit breaker). prolog and epilog exit 0 with one line on any error of the
+checker or its config (a check that cannot run never drains).
 ``health clear CHECK`` forgets a check's sticky evidence and streak (after a GPU reset).
 """
 
