@@ -42,7 +42,8 @@ def _gpuforge_imports(directory: Path, package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
-        ("topology", ("gpuforge.errors", "gpuforge.resources", "gpuforge.topology")),
+        ("topology", ("gpuforge.errors", "gpuforge.resources", "gpuforge.topology",
+                      "gpuforge.yamlbound")),
         ("inventory", ("gpuforge.errors", "gpuforge.resources", "gpuforge.topology",
                        "gpuforge.inventory")),
     ],

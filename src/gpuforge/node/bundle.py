@@ -30,6 +30,7 @@ MODULES = (
     "atomic.py",
     "textfile.py",
     "errors.py",
+    "yamlbound.py",
     "validate/__init__.py",
     "validate/catalogue.py",
     "validate/checks.py",

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +29,7 @@ import yaml
 
 from gpuforge.errors import InputError
 from gpuforge.validate import catalogue
+from gpuforge.yamlbound import BoundedLoader
 
 VERSION = 1
 DEFAULT_PATH = Path("/etc/gpuforge/health.yaml")
@@ -39,6 +42,9 @@ TIER_NAMES = ("passive", "prolog", "epilog")
 #: runs it on every node at once, 10 s leaves room; prolog: a job waits for it (aws-parallelcluster
 #: #6777: prologs that hang job start); epilog: DCGM ``-r 1`` takes ~30 s on 8 GPUs.
 TIER_TIMEOUTS = {"passive": 10.0, "prolog": 2.0, "epilog": 60.0}
+#: The most a tier's or the collector's timeout may be, seconds: beyond it a value is no budget
+#: (``1e300`` overflows the clock arithmetic); slurmd's own limits are far below.
+MAX_TIMEOUT_S = 3600.0
 
 #: The IB port counters fabric.counters reads, and how much each may grow (the catalogue's).
 COUNTER_NAMES = catalogue.COUNTER_NAMES
@@ -63,6 +69,8 @@ CHECKS: dict[str, CheckDefaults] = {
 }
 
 VERSION_KEYS = catalogue.VERSION_KEYS
+#: A node's name as Slurm and DNS take it.
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +154,15 @@ class HealthConfig:
 # --- loading -------------------------------------------------------------------------------------
 
 
-class _Lines(yaml.SafeLoader):
-    """A safe loader that remembers the line of every key path and refuses duplicate keys."""
+#: health.yaml's size bound: the role renders a few KiB; PyYAML reads some 100 KiB/s, so this also
+#: bounds the time a file takes to read (the topology spec's bound, for the same reason).
+MAX_CONFIG_BYTES = 64 << 10
+
+
+class _Lines(BoundedLoader):
+    """The shared bounded safe loader (:mod:`gpuforge.yamlbound`): depth and alias limits."""
+
+    hint = "a health.yaml has a few hundred"
 
 
 def _key_lines(node: yaml.Node, path: str, out: dict[str, int], source: str) -> None:
@@ -204,7 +219,14 @@ class _Reader:
         return value
 
     def number(
-        self, data: Mapping[str, Any], key: str, path: str, default: float | None, *, positive: bool
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        path: str,
+        default: float | None,
+        *,
+        positive: bool,
+        maximum: float | None = None,
     ) -> float | None:
         if key not in data:
             return default
@@ -214,6 +236,8 @@ class _Reader:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if not ok or not math.isfinite(value) or value < 0 or (positive and value == 0):
             raise self.fail(_join(path, key), f"must be a number {'> 0' if positive else '>= 0'}")
+        if maximum is not None and value > maximum:
+            raise self.fail(_join(path, key), f"must be a number <= {maximum:g}")
         return float(value)
 
     def text(self, data: Mapping[str, Any], key: str, path: str, default: str | None) -> str | None:
@@ -226,6 +250,10 @@ class _Reader:
             value = str(value)  # a version written unquoted (12.4) is still the version
         if not isinstance(value, str) or not value.strip():
             raise self.fail(_join(path, key), "must be a non-empty string")
+        if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+            # A CR LF in the collector URL, a NUL in a path, a newline in the node's name: no
+            # tier can use them (a header, open(2), a record line).
+            raise self.fail(_join(path, key), "must not hold control characters")
         return value
 
     def flag(self, data: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
@@ -259,16 +287,31 @@ _CHECK = ("enabled", "shadow", "fail_after", "pass_after")
 
 
 def read_yaml(text: str, source: str) -> tuple[Any, _Reader]:
-    """``text`` parsed, and a reader whose errors name ``source``, the line and the key."""
+    """``text`` parsed, and a reader whose errors name ``source``, the line and the key.
+
+    Bounded before it can cost time or memory: :data:`MAX_CONFIG_BYTES`, and the nesting and
+    alias limits of :class:`~gpuforge.yamlbound.BoundedLoader`.
+    """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InputError(f"{source}: larger than {MAX_CONFIG_BYTES >> 10} KiB: not a health.yaml")
+    loader = None
     try:
-        tree = yaml.compose(text, Loader=_Lines)
-        data = yaml.load(text, Loader=_Lines)  # noqa: S506 - _Lines is a SafeLoader
+        loader = _Lines(text)
+        tree = loader.get_single_node()
+        data = loader.construct_document(tree) if tree is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = f":{mark.line + 1}" if mark is not None else ""
         raise InputError(f"{source}{line}: not valid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not valid YAML: {exc}") from None
+    except (ValueError, IndexError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on some tagged scalars (``!!int ''``).
+        why = f"a value cannot be read ({type(exc).__name__}: {exc})"
+        raise InputError(f"{source}: not valid YAML: {why}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines: dict[str, int] = {}
     if tree is not None:
         _key_lines(tree, "", lines, source)
@@ -288,6 +331,8 @@ def parse(text: str, source: str = "health.yaml") -> HealthConfig:
         raise r.fail("version", f"must be {VERSION} (got {top['version']!r})")
     node = r.text(top, "node", "", None)
     assert node is not None  # noqa: S101 - presence checked above
+    if not _NODE_NAME.fullmatch(node):
+        raise r.fail("node", f"must be a host name: letters, digits, '.', '_', '-' (got {node!r})")
     spool_max = r.integer(top, "spool_max", "", 100, minimum=1)
     assert spool_max is not None  # noqa: S101 - has a default
     return HealthConfig(
@@ -305,11 +350,16 @@ def parse(text: str, source: str = "health.yaml") -> HealthConfig:
 
 
 def load(path: Path = DEFAULT_PATH) -> HealthConfig:
-    """Read and validate the file at ``path``."""
+    """Read and validate the file at ``path`` (at most :data:`MAX_CONFIG_BYTES` are read)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES >> 10} KiB: not a health.yaml")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
     config = parse(text, str(path))
@@ -337,7 +387,14 @@ def _collector(r: _Reader, top: Mapping[str, Any]) -> CollectorConfig | None:
         raise r.fail("collector.url", "missing (required when collector is set)")
     if not url.startswith(("http://", "https://")):
         raise r.fail("collector.url", f"must be an http:// or https:// URL (got {url!r})")
-    timeout = r.number(d, "timeout_s", "collector", 2.0, positive=True)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port out of 0-65535
+    except ValueError as exc:
+        raise r.fail("collector.url", f"not a usable URL: {exc} (got {url!r})") from None
+    if not parts.hostname or any(ch.isspace() for ch in url):
+        raise r.fail("collector.url", f"must name a host, without spaces (got {url!r})")
+    timeout = r.number(d, "timeout_s", "collector", 2.0, positive=True, maximum=MAX_TIMEOUT_S)
     assert timeout is not None  # noqa: S101 - has a default
     return CollectorConfig(url.rstrip("/"), timeout)
 
@@ -397,7 +454,14 @@ def _tiers(r: _Reader, raw: object) -> dict[str, float]:
     out = dict(TIER_TIMEOUTS)
     for name in d:
         tier = r.mapping(d[name], f"tiers.{name}", ("timeout_s",))
-        value = r.number(tier, "timeout_s", f"tiers.{name}", TIER_TIMEOUTS[name], positive=True)
+        value = r.number(
+            tier,
+            "timeout_s",
+            f"tiers.{name}",
+            TIER_TIMEOUTS[name],
+            positive=True,
+            maximum=MAX_TIMEOUT_S,
+        )
         assert value is not None  # noqa: S101 - has a default
         out[name] = value
     return out

@@ -159,7 +159,38 @@ def run_tier(
     if tier == "prolog":
         exit_code = prolog_blocks(record, config, current_boot=_boot_or_none(probe), now=started)
     delivery = _write(config, record, state, budget, update=update, blocked=exit_code == 1)
+    xid = record.check("gpu.xid")
+    if exit_code == 1 and xid is not None and _blocks_now(xid, config):
+        exit_code = prolog_consent(xid, delivery)
     return RunOutcome(record, exit_code, delivery, state.note)
+
+
+#: The collector's answers that refuse a drain: its circuit breaker, a hold, shadow mode.
+REFUSED = ("refused", "held", "shadow")
+
+
+def prolog_consent(xid: CheckRecord, delivery: output.Delivery | None) -> int:
+    """The prolog's exit for a new Xid that drains, once it has asked the collector (1 blocks).
+
+    The prolog sent its record (with the drain request) before this: the collector's answer
+    decides. ``drained``: the collector drained the node with a gpuforge reason, counted by its
+    breaker; 1 keeps this job off (slurmd's own ``Prolog error`` drain lands on a drained node).
+    ``refused``, ``held``, ``shadow``: the breaker (or an operator) said no; 0, the prolog must
+    not undo it. No answer (no collector, unreachable, out of the prolog's budget) or one that
+    decided nothing: 1 only for a fatal class, an Xid whose action is ``reboot`` or stronger (the
+    GPU is lost until a reboot, the job would crash); a ``reset_gpu`` Xid lets the job run and
+    waits for the passive tier and the collector.
+    """
+    # The spool is sent oldest first and the prolog's record is the newest: only a round that
+    # sent everything ends with the answer to this record.
+    answer = delivery.answer if delivery is not None and not delivery.error else None
+    decision = answer.get("decision") if isinstance(answer, Mapping) else None
+    done = decision.get("done") if isinstance(decision, Mapping) else None
+    if done == "drained":
+        return 1
+    if done in REFUSED:
+        return 0
+    return 1 if catalogue.action_rank(xid.action) >= Action.REBOOT.rank else 0
 
 
 def _prolog_request(

@@ -18,6 +18,7 @@ from gpuforge.topology.cluster import Cluster
 from gpuforge.topology.errors import Problem, SpecError
 from gpuforge.topology.expand import build
 from gpuforge.topology.model import Topology
+from gpuforge.yamlbound import BoundedLoader
 
 MAX_SPEC_BYTES = 64 << 10
 """The example specs (up to 100,000 GPUs) are 2-3 KiB: a spec describes groups, never single
@@ -28,67 +29,12 @@ MAX_NODES = 10_000
 """YAML nodes after alias expansion; the largest example spec has 266."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses deep nesting, recursive aliases and alias bombs."""
+class _BoundedLoader(BoundedLoader):
+    """The shared bounded loader (:mod:`gpuforge.yamlbound`) with the spec's limits."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._open: set[str] = set()  # anchors whose node is still being composed
-        self._sizes: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
-        self._total = 0
-
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
-        # PyYAML's scanner is quadratic in flow depth: refuse before it reads ahead.
-        if self.flow_level >= MAX_DEPTH:
-            raise yaml.scanner.ScannerError(
-                None, None, f"nested deeper than {MAX_DEPTH} levels", self.get_mark()
-            )
-        super().fetch_flow_collection_start(TokenClass)
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
-        mark: Any = event.start_mark
-        if isinstance(event, yaml.AliasEvent):
-            if event.anchor in self._open:
-                raise yaml.composer.ComposerError(
-                    None, None, f"recursive alias *{event.anchor}", mark
-                )
-            node = super().compose_node(parent, index)
-            self._count(self._sizes.get(id(node), 1), mark)
-            return node
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
-            raise yaml.composer.ComposerError(
-                None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark
-            )
-        anchor = getattr(event, "anchor", None)
-        if anchor:
-            self._open.add(anchor)
-        node = super().compose_node(parent, index)
-        if anchor:
-            self._open.discard(anchor)
-        self._depth -= 1
-        size = 1
-        if isinstance(node, yaml.SequenceNode):
-            size += sum(self._sizes.get(id(child), 1) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            size += sum(
-                self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1) for k, v in node.value
-            )
-        self._sizes[id(node)] = size
-        self._count(1, event.start_mark)
-        return node
-
-    def _count(self, nodes: int, mark: Any) -> None:
-        self._total += nodes
-        if self._total > MAX_NODES:
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"more than {MAX_NODES} YAML nodes, aliases expanded (a spec has a few hundred)",
-                mark,
-            )
+    max_depth = MAX_DEPTH
+    max_nodes = MAX_NODES
+    hint = "a spec has a few hundred"
 
 
 def load_spec(path: Path | str) -> Topology:

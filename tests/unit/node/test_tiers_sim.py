@@ -193,3 +193,41 @@ def test_a_collector_that_is_down_never_fails_the_check_and_the_spool_is_bounded
     prom = (node.root / "textfile/gpuforge_passive.prom").read_text()
     assert "gpuforge_health_spool_dropped_total 1" in prom
     assert "gpuforge_health_spool_records 2" in prom
+
+
+@pytest.mark.parametrize(
+    ("done", "code", "expected"),
+    [
+        ("drained", 79, 1),  # the collector drained (gpuforge reason, its breaker counted it)
+        ("refused", 79, 0),  # its circuit breaker said no: the prolog must not undo it
+        ("held", 79, 0),
+        ("shadow", 48, 0),
+        ("drained", 48, 1),
+        ("none", 79, 1),  # an answer that decided nothing: the fatal class still blocks
+        ("none", 48, 0),  # ... and a reset_gpu Xid lets the job run
+    ],
+)
+def test_prolog_blocks_a_new_xid_only_with_the_collectors_consent(
+    node: SimNode, collector: Collector, done: str, code: int, expected: int
+) -> None:
+    node.extra["collector"] = {"url": collector.url, "timeout_s": 2}
+    node.run("passive")
+    node.set_faults([{"kind": "xid", "gpu": 2, "code": code}])
+    collector.done = done
+    collector.received.clear()
+    out = node.run("prolog")
+    assert out.exit_code == expected
+    assert out.record.request is not None and out.record.request.op == "drain"
+    assert [r["record"]["tier"] for r in collector.received][-1:] == ["prolog"]
+
+
+@pytest.mark.parametrize(("code", "expected"), [(79, 1), (48, 0)])
+def test_prolog_without_a_collector_blocks_only_for_a_fatal_xid(
+    node: SimNode, code: int, expected: int
+) -> None:
+    node.extra["collector"] = {"url": "http://127.0.0.1:9", "timeout_s": 0.5}  # refused
+    node.run("passive")
+    node.set_faults([{"kind": "xid", "gpu": 2, "code": code}])
+    out = node.run("prolog")
+    assert out.exit_code == expected
+    assert out.delivery is not None and out.delivery.error
