@@ -35,7 +35,9 @@ INVENTORY = {
     "all": {
         "hosts": {"localhost": {"ansible_connection": "local"}},
         "children": {
-            "slurm_controllers": {"hosts": {"ctl01": {"gpuforge_mgmt_address": "10.1.0.5"}}}
+            "slurm_controllers": {"hosts": {"ctl01": {"gpuforge_mgmt_address": "10.1.0.5"}}},
+            # the collector's host, as the generated inventory makes it: the controllers
+            "gpuforge_services": {"hosts": {"ctl01": {}}},
         },
     }
 }
