@@ -109,6 +109,18 @@ def echo_gpuforge(tmp_path: Path) -> Path:
     return _script(tmp_path / "echo-gpuforge", ECHO_GPUFORGE)
 
 
+def _remote_cluster(tmp_path: Path, remote_gpuforge: Path, **connection: str) -> tuple[Path, Path]:
+    """A cluster directory whose services host ctl01 runs ``remote_gpuforge`` on it, with a
+    history in its own state directory: (cluster directory, that state directory)."""
+    root = _cluster(tmp_path / "lab")
+    remote_state = _history(tmp_path / "remote-state")
+    _host_vars(root, "ctl01", **connection,
+               gpuforge_services_gpuforge=str(remote_gpuforge),
+               gpuforge_services_cluster_dir=str(root),
+               gpuforge_services_state_dir=str(remote_state))  # fmt: skip
+    return root, remote_state
+
+
 def _ssh_argv(log: Path) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines()
 
@@ -116,12 +128,9 @@ def _ssh_argv(log: Path) -> list[str]:
 def test_history_runs_on_the_services_host_and_relays_its_output(
     tmp_path: Path, ssh_log: Path, remote_gpuforge: Path
 ) -> None:
-    root = _cluster(tmp_path / "lab")
-    remote_state = _history(tmp_path / "remote-state")
-    _host_vars(root, "ctl01", ansible_host="10.9.9.9", ansible_user="admin",
-               gpuforge_services_gpuforge=str(remote_gpuforge),
-               gpuforge_services_cluster_dir=str(root),
-               gpuforge_services_state_dir=str(remote_state))  # fmt: skip
+    root, remote_state = _remote_cluster(
+        tmp_path, remote_gpuforge, ansible_host="10.9.9.9", ansible_user="admin"
+    )
     result = run("health", "history", "gpu03", "--inventory", root, "--limit", "5")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("gpu03 passive: fail at"), result.output
@@ -137,11 +146,7 @@ def test_history_runs_on_the_services_host_and_relays_its_output(
 def test_the_remote_exit_status_and_error_come_back(
     tmp_path: Path, ssh_log: Path, remote_gpuforge: Path
 ) -> None:
-    root = _cluster(tmp_path / "lab")
-    remote_state = _history(tmp_path / "remote-state")
-    _host_vars(root, "ctl01", gpuforge_services_gpuforge=str(remote_gpuforge),
-               gpuforge_services_cluster_dir=str(root),
-               gpuforge_services_state_dir=str(remote_state))  # fmt: skip
+    root, remote_state = _remote_cluster(tmp_path, remote_gpuforge)
     result = run("health", "history", "gpu99", "--cluster", "lab", "--inventory", root)
     assert result.exit_code == 2  # both given: refused here, as without a services host
     result = run("health", "history", "gpu99", "--inventory", root)
@@ -359,12 +364,9 @@ def test_a_context_knows_its_services_host(tmp_path: Path) -> None:
 def test_store_check_and_repair_run_on_the_services_host(
     tmp_path: Path, ssh_log: Path, remote_gpuforge: Path, verb: str
 ) -> None:
-    root = _cluster(tmp_path / "lab")
-    remote_state = _history(tmp_path / "remote-state")
-    _host_vars(root, "ctl01", ansible_host="10.9.9.9", ansible_user="admin",
-               gpuforge_services_gpuforge=str(remote_gpuforge),
-               gpuforge_services_cluster_dir=str(root),
-               gpuforge_services_state_dir=str(remote_state))  # fmt: skip
+    root, remote_state = _remote_cluster(
+        tmp_path, remote_gpuforge, ansible_host="10.9.9.9", ansible_user="admin"
+    )
     result = run("health", "store", verb, "--inventory", root)
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"{remote_state}/lab/history.db: ok (integrity_check)")
