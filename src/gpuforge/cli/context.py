@@ -109,17 +109,23 @@ class ClusterContext:
         )
 
 
+def remote_host(via: str | None) -> str | None:
+    """The host ``--via`` names, or None for this machine (``via`` None or ``local``)."""
+    return None if via in (None, "local") else via
+
+
 def slurm_client(via: str | None, inventory: Path | None) -> SlurmClient:
     """Slurm on this machine (``via`` None or ``local``), or on ``via`` over SSH.
 
     SSH uses the connection settings (ansible_host, ansible_user, key) the cluster directory
     ``inventory`` gives ``via``, when there is one.
     """
-    if via is None or via == "local":
+    host = remote_host(via)
+    if host is None:
         return SlurmClient.local()
     if inventory is None:
-        return SlurmClient.over_ssh(via)
-    return SlurmClient.over_ssh(via, host_vars(inventory, via))
+        return SlurmClient.over_ssh(host)
+    return SlurmClient.over_ssh(host, host_vars(inventory, host))
 
 
 def cluster_root(cluster: str | None, inventory: Path | None) -> Path:

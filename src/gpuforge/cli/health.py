@@ -29,7 +29,13 @@ from gpuforge.cli.common import (
     state_option,
     via_option,
 )
-from gpuforge.cli.context import ClusterContext, cluster_context, cluster_root, state_paths
+from gpuforge.cli.context import (
+    ClusterContext,
+    cluster_context,
+    cluster_root,
+    remote_host,
+    state_paths,
+)
 from gpuforge.cli.context import slurm_client as context_slurm_client
 from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
@@ -112,9 +118,10 @@ def _authenticator(
 ) -> Authenticator:
     """The collector's munge check: unmunge here, or on ``via`` over SSH."""
     unmunge = Unmunge(socket=munge_socket)
-    if via not in (None, "local"):  # the host runs no munged with the cluster's key
-        target = SshTarget.from_hostvars(via, host_vars(ctx.path, via))
-        unmunge = Unmunge(SshRunner({via: target}), via, munge_socket)
+    host = remote_host(via)
+    if host is not None:  # this machine runs no munged with the cluster's key
+        target = SshTarget.from_hostvars(host, host_vars(ctx.path, host))
+        unmunge = Unmunge(SshRunner({host: target}), host, munge_socket)
     sequences = ctx.state.root / SEQUENCE_FILE
     try:
         return Authenticator(policy, uid=uid, unmunge=unmunge, sequence_path=sequences)
