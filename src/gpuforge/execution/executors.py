@@ -112,7 +112,12 @@ def probe(host: ExecutionHost, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> dict[s
     script = f"exec {shlex.quote(host.venv + '/bin/python')} -c {shlex.quote(_VERSIONS)}"
     try:
         proc = subprocess.run(
-            host.command(script), capture_output=True, text=True, timeout=timeout_s, check=False
+            host.command(script),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise OSError(f"no answer in {timeout_s:.0f} s") from None

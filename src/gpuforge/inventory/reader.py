@@ -120,7 +120,13 @@ def _ansible_inventory(inv: InventoryDir, args: Sequence[str], timeout: float) -
     env = {**os.environ, **_config_env(), "ANSIBLE_VERBOSITY": "0"}
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False, env=env
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
         raise OperationError(

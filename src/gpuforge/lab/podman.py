@@ -52,7 +52,7 @@ def run(
     try:
         proc = subprocess.run(
             cmd,
-            input=input_data,
+            input=b"" if input_data is None else input_data,  # never the caller's stdin
             capture_output=True,
             timeout=timeout,
             env=podman_env(),

@@ -135,6 +135,7 @@ def ship(project: Path) -> str:
             text=True,
             timeout=BUILD_TIMEOUT_S,
             check=True,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise OperationError(f"building the node checker took over {BUILD_TIMEOUT_S} s") from None

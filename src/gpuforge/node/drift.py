@@ -410,6 +410,7 @@ def _run(argv: Sequence[str], *, ok: Sequence[int] = (0,)) -> str:
             text=True,
             timeout=PROBE_TIMEOUT,
             check=False,
+            stdin=subprocess.DEVNULL,
             env={**os.environ, "LC_ALL": "C"},
         )
     except FileNotFoundError:

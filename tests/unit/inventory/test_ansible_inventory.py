@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuforge.generate import write_inventory
+from gpuforge.generate import write_cluster_inventory, write_inventory
 from gpuforge.topology import load_cluster
 
 from ..conftest import EXAMPLES, LAB
@@ -63,3 +63,31 @@ def test_10k_inventory_loads(tmp_path: Path) -> None:
     assert len(data["gpu_nodes"]["hosts"]) == 1250
     assert len(data["_meta"]["hostvars"]) == 1264
     assert len(data["su_63"]["hosts"]) == 10
+
+
+def test_the_reader_works_on_a_non_blocking_stdin(tmp_path: Path) -> None:
+    # An SSH client killed mid-run leaves the stdin it shared non-blocking, and every Ansible tool
+    # started on that stdin refuses to run. gpuforge's own runs of them must not inherit it.
+    write_cluster_inventory(load_cluster(LAB), tmp_path / "inv")
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    script = (
+        "import sys\n"
+        "from gpuforge.inventory.reader import list_inventory\n"
+        "print(len(list_inventory(sys.argv[1])['_meta']['hostvars']))\n"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "inv")],
+            stdin=read,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        os.close(read)
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) == 9  # ctl01 and gpu01-08
