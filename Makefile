@@ -48,11 +48,11 @@ system-deps: ## Install the Debian packages the lab and Molecule need (root)
 test: lint-python lint-ansible collection test-unit test-slow test-lab ## Lint (incl. ansible-lint), unit tests, lab integration tests, Molecule (MOLECULE_GATE)
 
 .PHONY: test-unit
-test-unit: setup ## Unit tests without the slow ones (no containers)
+test-unit: setup system-deps ## Unit tests without the slow ones (no containers)
 	$(BIN)/pytest -q tests/unit -n 2 -m "not slow"
 
 .PHONY: test-slow
-test-slow: setup ## Slow unit tests: real ansible-inventory on 10k hosts, random SIGKILL, mirror build
+test-slow: setup system-deps ## Slow unit tests: real ansible-inventory on 10k hosts, random SIGKILL, mirror build
 	$(BIN)/pytest -q tests/unit -m slow
 
 .PHONY: test-lab

@@ -145,11 +145,7 @@ def main(argv: list[str]) -> int:
             play.wait(GRACE_S)
         os.killpg(pgid, signal.SIGKILL)  # the workers the play left, and this guard
 
-    # A terminal stays the play's (a prompt can be answered); anything else is /dev/null, so no
-    # SSH child of the play can leave a shared stdin non-blocking when it is killed, which makes
-    # every later Ansible tool on that stdin refuse to start.
-    stdin = None if sys.stdin is not None and sys.stdin.isatty() else subprocess.DEVNULL
-    play = subprocess.Popen(argv, stdin=stdin)
+    play = subprocess.Popen(argv)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, stop)
     if expected_parent and os.getppid() != expected_parent:
