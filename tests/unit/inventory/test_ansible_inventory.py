@@ -66,8 +66,8 @@ def test_10k_inventory_loads(tmp_path: Path) -> None:
 
 
 def test_the_reader_works_on_a_non_blocking_stdin(tmp_path: Path) -> None:
-    # An SSH client killed mid-run leaves the stdin it shared non-blocking, and every Ansible tool
-    # started on that stdin refuses to run. gpuforge's own runs of them must not inherit it.
+    # A client killed mid-run (SSH, podman) can leave the stdin it shared non-blocking, and every
+    # Ansible tool started on that stdin refuses to run: gpuforge's own runs must not inherit it.
     write_cluster_inventory(load_cluster(LAB), tmp_path / "inv")
     read, write = os.pipe()
     os.set_blocking(read, False)
