@@ -1,6 +1,7 @@
 """A rolling upgrade of a whole lab and back (issue 19.4): ``make test-integration``.
 
-The gate's day-2 lab test (test_day2.py) upgrades its lab with a kill and an operator's drain.
+test_day2.py's extended check (also ``make test-integration``) upgrades the day-2 lab with a
+kill and an operator's drain.
 This module covers the rest on its own lab, ``d2upg`` (tests/integration/specs/d2upg.yaml: uctl01
 + ugpu01-04, 2 nodes per leaf, 32 GPUs), deployed on the mirror's older driver and NCCL
 (570.124.06, 2.25.1):
