@@ -66,11 +66,11 @@ def _cause(truth: object, fleet_at: float) -> str:
 
 def _child(seed: int) -> None:
     """In the subprocess: generate, score, evaluate one seed; one JSON line on stdout."""
-    from gpuforge.predict.generate import Fleet, FleetSpec  # noqa: PLC0415 - timed import
+    from gpuforge.predict.generate import FleetSpec, GeneratedFleet  # noqa: PLC0415 - timed import
     from gpuforge.predict.score import FleetFeatures, score  # noqa: PLC0415
     from gpuforge.predict.signals import Window  # noqa: PLC0415
 
-    fleet = Fleet(FleetSpec(nodes=NODES, days=DAYS, seed=seed))
+    fleet = GeneratedFleet(FleetSpec(nodes=NODES, days=DAYS, seed=seed))
     window = Window(fleet.spec.at)
     features = FleetFeatures(window)
     events = []
@@ -187,12 +187,12 @@ def _heldout_child() -> None:
 
 def _jsonl_path(seed: int) -> dict[str, Any]:
     """Write, read and score a small generated history as JSON Lines: the file path's rate."""
-    from gpuforge.predict.generate import Fleet, FleetSpec  # noqa: PLC0415 - child only
+    from gpuforge.predict.generate import FleetSpec, GeneratedFleet  # noqa: PLC0415 - child only
     from gpuforge.predict.history import read_history, write_history  # noqa: PLC0415
     from gpuforge.predict.score import score_history  # noqa: PLC0415
     from gpuforge.predict.signals import Window  # noqa: PLC0415
 
-    small = Fleet(FleetSpec(nodes=JSONL_NODES, days=JSONL_DAYS, seed=seed))
+    small = GeneratedFleet(FleetSpec(nodes=JSONL_NODES, days=JSONL_DAYS, seed=seed))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "subset.jsonl"
         t0 = time.perf_counter()

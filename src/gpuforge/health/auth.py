@@ -175,7 +175,7 @@ class Unmunge:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Authentication:
     """One record's authentication: ``status`` 200 (go on), 401 or 503 with ``error``."""
 
     status: int
@@ -286,7 +286,7 @@ class Authenticator:
                 "not_authenticated": dict(sorted(self.failures.items())),
             }
 
-    def check(self, node: str, address: str, body: bytes, credential: str | None) -> Verdict:
+    def check(self, node: str, address: str, body: bytes, credential: str | None) -> Authentication:
         """Authenticate a record for ``node`` (management ``address``) whose exact body is
         ``body``, sent with ``credential`` (the header's value, None when absent)."""
         verdict = self._check(node, address, body, credential)
@@ -305,23 +305,25 @@ class Authenticator:
         else:
             log.warning("%s: refused a record: %s", node, verdict.error)
         if self.policy == "optional":
-            return Verdict(HTTPStatus.OK, verdict.error, verdict.sequence)
+            return Authentication(HTTPStatus.OK, verdict.error, verdict.sequence)
         return verdict
 
-    def _check(self, node: str, address: str, body: bytes, credential: str | None) -> Verdict:
+    def _check(
+        self, node: str, address: str, body: bytes, credential: str | None
+    ) -> Authentication:
         try:
             cred = self._decode(credential)
             seq = self._judge(cred, node, address, body)
         except _RefusedError as exc:
-            return Verdict(exc.status, exc.error)
+            return Authentication(exc.status, exc.error)
         with self._lock:
             last = self.sequences.accept(node, seq)
         if last is not None:
-            return Verdict(
+            return Authentication(
                 HTTPStatus.UNAUTHORIZED,
                 f"old sequence: {seq} is not above {last}, the last accepted (a replay)",
             )
-        return Verdict(HTTPStatus.OK, sequence=seq, authenticated=True)
+        return Authentication(HTTPStatus.OK, sequence=seq, authenticated=True)
 
     def _decode(self, credential: str | None) -> Decoded:
         if not credential:

@@ -17,7 +17,7 @@ same whether it is generated alone, in a subset, or with the whole fleet, in any
 * facility events: a rack warming together (cooling), a leaf whose ports all see symbol errors;
 * steady-high: a healthy GPU with an elevated but constant ECC rate (benign, a known false alarm).
 
-Failure times are kept apart from the history (:attr:`Fleet.truth`), as the bench needs them.
+Failure times are kept apart from the history (:attr:`GeneratedFleet.truth`), as the bench needs them.
 """
 
 from __future__ import annotations
@@ -90,10 +90,13 @@ class FleetSpec:
 
 @dataclass(frozen=True)
 class Truth:
-    """What the generator put into one node (never visible to the scorer)."""
+    """What a generator put into one node (never visible to the scorer): this module's tuning
+    fleets and :mod:`~gpuforge.predict.generate_heldout`'s held-out ones."""
 
     node: str
-    kind: str  # healthy | degrading | sudden | spike | steady_high
+    #: here: healthy | degrading | sudden | spike | steady_high; held out: healthy | failing |
+    #: one of its DECOYS
+    kind: str
     mode: str = ""
     subject: str = ""
     fail_time: float | None = None
@@ -108,7 +111,7 @@ def node_name(index: int) -> str:
     return f"gpu{index + 1:05d}"
 
 
-class Fleet:
+class GeneratedFleet:
     """A generated fleet: labels, ground truth, and each node's series on demand."""
 
     def __init__(self, spec: FleetSpec) -> None:
@@ -245,7 +248,7 @@ class Fleet:
 class _NodeDraw:
     """One node's random draw: the model of the module docstring, metric by metric."""
 
-    def __init__(self, fleet: Fleet, truth: Truth, rng: np.random.Generator) -> None:
+    def __init__(self, fleet: GeneratedFleet, truth: Truth, rng: np.random.Generator) -> None:
         self.fleet = fleet
         self.spec = fleet.spec
         self.truth = truth
@@ -375,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="history (JSON Lines)")
     parser.add_argument("--truth", type=Path, required=True, help="failure times (JSON)")
     args = parser.parse_args(argv)
-    fleet = Fleet(FleetSpec(nodes=args.nodes, days=args.days, step_s=args.step, seed=args.seed))
+    fleet = GeneratedFleet(
+        FleetSpec(nodes=args.nodes, days=args.days, step_s=args.step, seed=args.seed)
+    )
     with args.out.open("w", encoding="utf-8") as out:
         lines = write_history(fleet.history(), out)
     args.truth.write_text(

@@ -3,7 +3,8 @@
 ``gpuforge.predict.generate`` is the fleet the scorer was first built against. This module was
 written apart from it and before the scorer was retuned, from what failing hardware looks like in
 telemetry, not from the scorer's thresholds; the scorer is tuned on one generator and reported on
-the other (``make bench`` prints both). It shares only the history format and metric names.
+the other (``make bench`` prints both). It shares only the history format, the metric names and
+the ground-truth record (``generate.Truth``).
 
 The default fleet is the one of issue 30's tester: 128 nodes x 14 days, one sample every 6 hours
 (a scrape with its own jitter per node), two node types (H200 and A100, whose clocks, temperatures
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuforge.predict.generate import Truth
 from gpuforge.predict.history import Event, History, SeriesKey, write_history
 from gpuforge.predict.score import (
     ECC_SBE,
@@ -66,7 +68,7 @@ SeriesBlock = tuple[str, list[str], FloatArray, FloatArray]
 
 
 @dataclass(frozen=True)
-class NodeType:
+class NodeModel:
     """A node model: its clocks, temperatures and ECC background."""
 
     name: str
@@ -77,8 +79,8 @@ class NodeType:
 
 
 TYPES = (
-    NodeType("h200-sxm-8x", 1980.0, 345.0, 33.0, 0.03),
-    NodeType("a100-sxm4-8x", 1410.0, 210.0, 30.0, 0.08),
+    NodeModel("h200-sxm-8x", 1980.0, 345.0, 33.0, 0.03),
+    NodeModel("a100-sxm4-8x", 1410.0, 210.0, 30.0, 0.08),
 )
 
 
@@ -102,21 +104,6 @@ class HeldoutSpec:
     def at(self) -> float:
         """The end of the history: the moment the fleet is scored."""
         return self.start + self.days * DAY_S
-
-
-@dataclass(frozen=True)
-class Truth:
-    """What this generator put into one node (never visible to the scorer)."""
-
-    node: str
-    kind: str  # healthy | failing | one of DECOYS
-    mode: str = ""
-    subject: str = ""
-    fail_time: float | None = None
-    onset: float | None = None
-    rack: str = ""
-    leaf: str = ""
-    facility: str = ""  # cooling when the node's rack warms together
 
 
 class HeldoutFleet:
@@ -230,7 +217,7 @@ class _Node:
     """One node's draw."""
 
     def __init__(
-        self, fleet: HeldoutFleet, truth: Truth, kind: NodeType, rng: np.random.Generator
+        self, fleet: HeldoutFleet, truth: Truth, kind: NodeModel, rng: np.random.Generator
     ) -> None:
         spec = fleet.spec
         self.fleet, self.spec, self.truth, self.kind, self.rng = fleet, spec, truth, kind, rng

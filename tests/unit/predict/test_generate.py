@@ -6,7 +6,7 @@ import io
 
 import numpy as np
 
-from gpuforge.predict.generate import Fleet, FleetSpec
+from gpuforge.predict.generate import FleetSpec, GeneratedFleet
 from gpuforge.predict.history import read_lines, write_history
 from gpuforge.predict.score import FleetFeatures, score, score_history
 from gpuforge.predict.signals import DAY_S, Window
@@ -17,7 +17,7 @@ SPEC = FleetSpec(
 
 
 def test_failure_times_are_kept_apart_from_the_history() -> None:
-    fleet = Fleet(SPEC)
+    fleet = GeneratedFleet(SPEC)
     history = fleet.history()
     assert not [e for e in history.events if e.event == "failure"]
     failing = [t for t in fleet.truth.values() if t.fail_time is not None]
@@ -26,7 +26,7 @@ def test_failure_times_are_kept_apart_from_the_history() -> None:
 
 
 def test_a_node_is_the_same_alone_or_in_the_fleet() -> None:
-    fleet = Fleet(SPEC)
+    fleet = GeneratedFleet(SPEC)
     alone, _ = fleet.node("gpu00007")
     fleet.node("gpu00003")
     again, _ = fleet.node("gpu00007")
@@ -35,7 +35,7 @@ def test_a_node_is_the_same_alone_or_in_the_fleet() -> None:
 
 
 def test_the_json_lines_path_scores_exactly_like_the_array_path() -> None:
-    fleet = Fleet(SPEC)
+    fleet = GeneratedFleet(SPEC)
     window = Window(SPEC.at)
     features = FleetFeatures(window)
     events = []
