@@ -17,7 +17,8 @@ same whether it is generated alone, in a subset, or with the whole fleet, in any
 * facility events: a rack warming together (cooling), a leaf whose ports all see symbol errors;
 * steady-high: a healthy GPU with an elevated but constant ECC rate (benign, a known false alarm).
 
-Failure times are kept apart from the history (:attr:`GeneratedFleet.truth`), as the bench needs them.
+Failure times are kept apart from the history (:attr:`GeneratedFleet.truth`), as the bench
+needs them.
 """
 
 from __future__ import annotations
