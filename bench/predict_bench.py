@@ -14,11 +14,11 @@ run's alone). A fleet is 2,000 nodes x 8 GPUs x 8 IB ports, one sample per 5 min
 (13 metrics: 11 per GPU, 2 per port) over 30 days: about 1.9 billion samples. Written as JSON
 Lines that is some 200 GB, so the scored path generates each node straight into the scorer's
 feature accumulator (:class:`gpuforge.predict.score.FleetFeatures`, the same code that scores a
-history file); the JSON Lines path (write, read, score) is timed separately on a subset of nodes
+telemetry file); the JSON Lines path (write, read, score) is timed separately on a subset of nodes
 and its rate stated. The scorer's time is the feature extraction plus the fleet scoring; the
 generator's time is reported apart.
 
-Scored against the generator's truth: "fails within 7 days of the end of the history". For
+Scored against the generator's truth: "fails within 7 days of the end of the telemetry". For
 k = the number of such nodes and for the set scored >= 0.5 (what --drain-top may drain), the
 precision and recall, and every false alarm by its cause. Figures are reported per seed and as
 the spread (min / median / max); the thresholds are the scorer's defaults, not tuned to a seed.
@@ -186,22 +186,22 @@ def _heldout_child() -> None:
 
 
 def _jsonl_path(seed: int) -> dict[str, Any]:
-    """Write, read and score a small generated history as JSON Lines: the file path's rate."""
+    """Write, read and score a small generated telemetry file: the file path's rate."""
     from gpuforge.predict.generate import FleetSpec, GeneratedFleet  # noqa: PLC0415 - child only
-    from gpuforge.predict.history import read_history, write_history  # noqa: PLC0415
-    from gpuforge.predict.score import score_history  # noqa: PLC0415
+    from gpuforge.predict.score import score_telemetry  # noqa: PLC0415
     from gpuforge.predict.signals import Window  # noqa: PLC0415
+    from gpuforge.predict.telemetry import read_telemetry, write_telemetry  # noqa: PLC0415
 
     small = GeneratedFleet(FleetSpec(nodes=JSONL_NODES, days=JSONL_DAYS, seed=seed))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "subset.jsonl"
         t0 = time.perf_counter()
         with path.open("w", encoding="utf-8") as handle:
-            lines = write_history(small.history(), handle)
+            lines = write_telemetry(small.telemetry(), handle)
         t1 = time.perf_counter()
-        history = read_history(path)
+        telemetry = read_telemetry(path)
         t2 = time.perf_counter()
-        score_history(history, Window(small.spec.at))
+        score_telemetry(telemetry, Window(small.spec.at))
         t3 = time.perf_counter()
         return {
             "nodes": JSONL_NODES,

@@ -117,7 +117,7 @@ def _node_line(n: NodeStatus) -> str:
 
 @click.group("fleet")
 def fleet() -> None:
-    """The fleet as a whole: health status (and history export, risk)."""
+    """The fleet as a whole: health status (and telemetry export, risk)."""
 
 
 @fleet.command("status")
@@ -177,5 +177,6 @@ def status_cmd(  # noqa: PLR0917 - one parameter per CLI option
         click.echo(line)
 
 
+fleet.add_command(fleet_risk.export_telemetry)
 fleet.add_command(fleet_risk.export_history)
 fleet.add_command(fleet_risk.risk)

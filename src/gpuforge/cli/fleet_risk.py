@@ -1,7 +1,8 @@
-"""``gpuforge fleet export-history`` and ``gpuforge fleet risk`` (docs/predictive.md).
+"""``gpuforge fleet export-telemetry`` and ``gpuforge fleet risk`` (docs/predictive.md).
 
-``export-history`` writes the state store's history in the documented JSON Lines format;
-``risk`` reads a history (a file, the store, or Prometheus), ranks the nodes with reasons,
+``export-telemetry`` writes the history store's counters and events in the documented telemetry
+format (JSON Lines; ``export-history``, its earlier name, is a hidden alias); ``risk`` reads
+telemetry (a file, the history store, or Prometheus), ranks the nodes with reasons,
 reports facility findings, and optionally drains the top nodes (``--drain-top``) or scores past
 predictions (``--scorecard``); ``--report-dir`` and ``--textfile`` keep what the nightly run
 found (its report, its node_exporter metrics).
@@ -26,18 +27,18 @@ from gpuforge.errors import InputError, OperationError
 from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict import act, calibration, nightly, policy
-from gpuforge.predict.history import (
-    History,
-    OnError,
-    format_time,
-    parse_time,
-    read_history,
-    read_lines,
-    write_history,
-)
-from gpuforge.predict.score import RiskReport, score_history
+from gpuforge.predict.score import RiskReport, score_telemetry
 from gpuforge.predict.signals import Window
 from gpuforge.predict.sources import from_prometheus, from_store
+from gpuforge.predict.telemetry import (
+    OnError,
+    Telemetry,
+    format_time,
+    parse_time,
+    read_lines,
+    read_telemetry,
+    write_telemetry,
+)
 from gpuforge.textfile import write as write_textfile
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -67,7 +68,7 @@ def _root(cluster: str | None, inventory: Path | None, *, required: bool) -> Pat
     return cluster_dir(cluster, inventory)
 
 
-@click.command("export-history")
+@click.command("export-telemetry")
 @click.argument("cluster", required=False)
 @inventory_option
 @state_option
@@ -79,31 +80,42 @@ def _root(cluster: str | None, inventory: Path | None, *, required: bool) -> Pat
     show_default=True,
     help="File to write (JSON Lines; - for stdout).",
 )
-def export_history(
+def export_telemetry(
     cluster: str | None, inventory: Path | None, state_dir: Path, since: str, out_path: str
 ) -> None:
-    """Write the state store's history in gpuforge's history format (docs/predictive.md)."""
+    """Write the history store's counters and events as telemetry (docs/predictive.md)."""
     root = _root(cluster, inventory, required=False)
     name, labels, _ = _labels(root)
     start = time.time() - parse_duration(since, "--since")
     with open_history(state_dir, name or cluster) as store:
-        history = from_store(store, since=start, labels=labels, source=str(store.path))
+        telemetry = from_store(store, since=start, labels=labels, source=str(store.path))
     if out_path == "-":
-        lines = write_history(history, sys.stdout)
+        lines = write_telemetry(telemetry, sys.stdout)
     else:
         target = Path(out_path)
         with atomic_open(target, mode=None) as handle:
-            lines = write_history(history, handle)
+            lines = write_telemetry(telemetry, handle)
     click.echo(
-        f"exported {lines} lines: {len(history.series)} series, {len(history.events)} events",
+        f"exported {lines} lines: {len(telemetry.series)} series, {len(telemetry.events)} events",
         err=True,
     )
 
 
-def _read_file(path: str, on_error: OnError) -> History:
+#: ``export-telemetry`` under its earlier name, for existing scripts: the same options and code,
+#: left out of ``--help``.
+export_history = click.Command(
+    "export-history",
+    params=export_telemetry.params,
+    callback=export_telemetry.callback,
+    help="The earlier name of export-telemetry (the same command).",
+    hidden=True,
+)
+
+
+def _read_file(path: str, on_error: OnError) -> Telemetry:
     if path == "-":
         return read_lines(sys.stdin, source="<stdin>", on_error=on_error)
-    return read_history(Path(path), on_error=on_error)
+    return read_telemetry(Path(path), on_error=on_error)
 
 
 def _echo_report(report: RiskReport, limit: int, out: IO[str] | None = None) -> None:
@@ -147,7 +159,9 @@ def _dur(seconds: float) -> str:
 @click.argument("cluster", required=False)
 @inventory_option
 @state_option
-@click.option("--history", "history_file", metavar="FILE", help="History file (- for stdin).")
+@click.option("--telemetry", "telemetry_file", metavar="FILE", help="Telemetry file (- for stdin).")
+@click.option("--history", "history_alias", metavar="FILE", hidden=True,
+              help="The earlier name of --telemetry.")  # fmt: skip
 @click.option("--from-store", is_flag=True, help="Read the cluster's state store.")
 @click.option("--prometheus", metavar="URL", help="Prometheus base URL (range queries).")
 @click.option(
@@ -155,13 +169,13 @@ def _dur(seconds: float) -> str:
     type=click.Choice(["skip", "fail"]),
     default="fail",
     show_default=True,
-    help="A malformed history line: refuse the file (exit 2) or skip it (counted, reported).",
+    help="A malformed telemetry line: refuse the file (exit 2) or skip it (counted, reported).",
 )
 @click.option(
     "--at",
     "at_text",
     metavar="TIME",
-    help="Score as of TIME (RFC 3339; default: now, or the end of a history file).",
+    help="Score as of TIME (RFC 3339; default: now, or the end of a telemetry file).",
 )
 @click.option("--window", default="7d", show_default=True, help="Look-back window.")
 @click.option("--horizon", default="7d", show_default=True, help="Prediction horizon.")
@@ -197,7 +211,7 @@ def _dur(seconds: float) -> str:
     "docs/predictive.md): the nightly ranking's command.",
 )
 @click.option("--scorecard", is_flag=True, help="Report the precision of past predictions, and "
-              "the calibration on a labelled history (failures after --at).")  # fmt: skip
+              "the calibration on labelled telemetry (failures after --at).")  # fmt: skip
 @click.option(
     "--report-dir",
     "risk_report_dir",
@@ -216,7 +230,8 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     cluster: str | None,
     inventory: Path | None,
     state_dir: Path,
-    history_file: str | None,
+    telemetry_file: str | None,
+    history_alias: str | None,
     from_store: bool,
     prometheus: str | None,
     on_error: OnError,
@@ -240,12 +255,10 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
 ) -> None:
     """Rank the nodes most likely to fail within the horizon, with reasons.
 
-    Exactly one source: --history FILE, --from-store, or --prometheus URL. Nodes with too little
-    data are listed as such; a rack warming together is a facility finding, not N nodes.
+    Exactly one source: --telemetry FILE, --from-store, or --prometheus URL. Nodes with too
+    little data are listed as such; a rack warming together is a facility finding, not N nodes.
     """
-    sources = [s for s in (history_file, from_store or None, prometheus) if s]
-    if len(sources) != 1:
-        raise InputError("give exactly one of --history FILE, --from-store, --prometheus URL")
+    telemetry_file = _one_source(telemetry_file, history_alias, from_store, prometheus)
     if policy_file is not None and drain_top is not None:
         raise InputError("give --policy FILE or --drain-top N, not both")
     if scorecard and (risk_report_dir is not None or textfile is not None):
@@ -258,23 +271,23 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
     acting = drain_top is not None or rules is not None
     root = _root(cluster, inventory, required=from_store or acting)
     name, labels, fleet = _labels(root)
-    history = _load(
-        history_file, prometheus, state_dir, name, labels, at, window_s,
+    telemetry = _load(
+        telemetry_file, prometheus, state_dir, name, labels, at, window_s,
         on_error=on_error, step_s=parse_duration(step, "--step"), timeout=timeout,
         all_events=scorecard,
     )  # fmt: skip
     if at is None:
-        at = history.end if history_file and history.end is not None else time.time()
+        at = telemetry.end if telemetry_file and telemetry.end is not None else time.time()
     if scorecard:
         admitted = record_path(state_dir, name) if name else None
         card, labelled = nightly.scorecard(
-            history, admitted, Window(at, window_s), horizon_s=horizon_s, threshold=min_score
+            telemetry, admitted, Window(at, window_s), horizon_s=horizon_s, threshold=min_score
         )
         _echo_scorecard(card, labelled, as_json)
         return
-    report = score_history(history, Window(at, window_s), horizon_s=horizon_s)
-    for line in history.skipped:
-        click.echo(f"warning: {history.source}: {line} (skipped)", err=True)
+    report = score_telemetry(telemetry, Window(at, window_s), horizon_s=horizon_s)
+    for line in telemetry.skipped:
+        click.echo(f"warning: {telemetry.source}: {line} (skipped)", err=True)
     outcomes: list[act.DrainOutcome] = []
     already = 0
     if acting and fleet is not None and root is not None:
@@ -312,6 +325,23 @@ def risk(  # noqa: PLR0917 - one parameter per CLI option
         click.echo(f"drain-top {o.node}: {o.action} {o.reason} ({o.detail})")
 
 
+def _one_source(
+    telemetry_file: str | None, history_alias: str | None, from_store: bool, prometheus: str | None
+) -> str | None:
+    """The telemetry file given (``--telemetry``, or ``--history``: its earlier name), if any.
+
+    Exactly one of the three sources must be given, else :class:`InputError` (exit 2).
+    """
+    if history_alias is not None:
+        if telemetry_file is not None:
+            raise InputError("give --telemetry FILE once (--history is its earlier name)")
+        telemetry_file = history_alias
+    sources = [s for s in (telemetry_file, from_store or None, prometheus) if s]
+    if len(sources) != 1:
+        raise InputError("give exactly one of --telemetry FILE, --from-store, --prometheus URL")
+    return telemetry_file
+
+
 def _keep(
     document: str,
     report: RiskReport,
@@ -344,7 +374,7 @@ def _keep(
 
 
 def _load(  # noqa: PLR0917 - the sources' inputs
-    history_file: str | None,
+    telemetry_file: str | None,
     prometheus: str | None,
     state_dir: Path,
     cluster: str | None,
@@ -356,31 +386,31 @@ def _load(  # noqa: PLR0917 - the sources' inputs
     step_s: float,
     timeout: float,
     all_events: bool = False,
-) -> History:
-    """The history from the one source given, with the inventory's labels filled in."""
+) -> Telemetry:
+    """The telemetry from the one source given, with the inventory's labels filled in."""
     end = at if at is not None else time.time()
-    if history_file:
-        history = _read_file(history_file, on_error)
+    if telemetry_file:
+        telemetry = _read_file(telemetry_file, on_error)
     elif prometheus:
-        history = from_prometheus(
+        telemetry = from_prometheus(
             prometheus, start=end - window_s, end=end, step_s=step_s, timeout=timeout
         )
     else:
         with open_history(state_dir, cluster) as store:
             if all_events:  # the scorecard judges every prediction the store holds
-                history = from_store(store, labels=labels, source=str(store.path))
+                telemetry = from_store(store, labels=labels, source=str(store.path))
             else:
-                history = from_store_history(store, end - window_s, at, labels)
+                telemetry = from_store_window(store, end - window_s, at, labels)
     for node, tags in labels.items():
         for key, value in tags.items():
-            history.labels.setdefault(node, {}).setdefault(key, value)
-    return history
+            telemetry.labels.setdefault(node, {}).setdefault(key, value)
+    return telemetry
 
 
-def from_store_history(
+def from_store_window(
     store: HistoryStore, start: float, at: float | None, labels: dict[str, dict[str, str]]
-) -> History:
-    """The store's history in the window (counters and events)."""
+) -> Telemetry:
+    """The history store's counters and events in the window, as telemetry."""
     return from_store(store, since=start, until=at, labels=labels, source=str(store.path))
 
 
@@ -406,7 +436,7 @@ def _echo_scorecard(
         e = labelled
         shown = "n/a" if e.precision_flagged is None else f"{e.precision_flagged:.2f}"
         click.echo(
-            f"calibration on the labelled history ({e.failures} nodes failed within the "
+            f"calibration on the labelled telemetry ({e.failures} nodes failed within the "
             f"horizon): precision@{e.k} {e.precision_at_k:.2f}, recall@{e.k} "
             f"{e.recall_at_k:.2f}; score >= {e.threshold:g}: {e.flagged} nodes, precision "
             f"{shown}, recall {e.recall_flagged:.2f}; Brier {e.brier:.3f}"

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuforge.admission import Admission, AdmissionRecord, format_reason
-from gpuforge.predict.history import Event, format_time
 from gpuforge.predict.score import PREDICTED_PREFIX, NodeRisk, RiskReport
+from gpuforge.predict.telemetry import Event, format_time
 from gpuforge.slurm import control
 from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
 
@@ -87,7 +87,7 @@ def drain_top(
     """Drain the top nodes per the module's policy; one outcome per candidate.
 
     ``known``: the cluster's nodes (the inventory); a candidate outside it is skipped, not asked
-    of Slurm (a history may hold nodes of another cluster).
+    of Slurm (telemetry may hold nodes of another cluster).
     """
     chosen = drain_candidates(report, top, min_score)
     if not chosen:
@@ -269,11 +269,11 @@ def scorecard(events: Sequence[Event], *, now: float, horizon_s: float) -> Score
 
 
 def admission_events(record: AdmissionRecord) -> list[Event]:
-    """Drains and resumes the admission record holds, as history events.
+    """Drains and resumes the admission record holds, as telemetry events.
 
     Every automatic Slurm change goes through admission, so its record closes the loop even where
-    no history event was written: a predicted node that ``gpuforge validate --drain`` resumed is a
-    false alarm, one it quarantined a confirmed fault. Shadow decisions and refusals are left out.
+    the history store has no event: a predicted node that ``gpuforge validate --drain`` resumed is
+    a false alarm, one it quarantined a confirmed fault. Shadow decisions and refusals are left out.
     """
     out: list[Event] = []
     for row in record.actions():

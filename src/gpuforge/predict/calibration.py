@@ -1,7 +1,7 @@
-"""How well a ranking's scores mean what they say, on a labelled history.
+"""How well a ranking's scores mean what they say, on labelled telemetry.
 
-A labelled history is one whose outcome is known: which nodes failed (a ``failure`` or ``rma``
-event) within the horizon after the moment it was scored. :func:`evaluate` reports
+Labelled telemetry is telemetry whose outcome is known: which nodes failed (a ``failure`` or
+``rma`` event) within the horizon after the moment it was scored. :func:`evaluate` reports
 
 * reliability per bin (:data:`BINS`): the nodes whose score fell in the bin, their mean score
   and the share that failed; a calibrated score has the two close, so that an operator's
@@ -20,12 +20,12 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuforge.predict.history import Event
 from gpuforge.predict.score import RiskReport
+from gpuforge.predict.telemetry import Event
 
 #: Reliability bins (lower edges inclusive; the last bin includes 1).
 BINS = (0.0, 0.05, 0.2, 0.4, 0.6, 0.8, 1.0)
-#: Events that make a node a failure of a labelled history.
+#: Events that make a node a failure in labelled telemetry.
 FAILED = ("failure", "rma")
 
 

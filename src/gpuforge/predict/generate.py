@@ -1,4 +1,4 @@
-"""Synthetic fleet histories with known failure times (docs/predictive.md, "Generator").
+"""Synthetic fleet telemetry with known failure times (docs/predictive.md, "Generator").
 
 The model, per node (after the fleet-level draw of who degrades, spikes or sits in a facility
 event, each node draws from its own generator seeded by ``(seed, index)``: a node's series are the
@@ -17,7 +17,7 @@ same whether it is generated alone, in a subset, or with the whole fleet, in any
 * facility events: a rack warming together (cooling), a leaf whose ports all see symbol errors;
 * steady-high: a healthy GPU with an elevated but constant ECC rate (benign, a known false alarm).
 
-Failure times are kept apart from the history (:attr:`GeneratedFleet.truth`), as the bench
+Failure times are kept apart from the telemetry (:attr:`GeneratedFleet.truth`), as the bench
 needs them.
 """
 
@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuforge.predict.history import Event, History, SeriesKey, write_history
 from gpuforge.predict.score import (
     BANKS_LOW,
     BANKS_NONE,
@@ -48,6 +47,7 @@ from gpuforge.predict.score import (
     REMAP_UNCORRECTABLE,
 )
 from gpuforge.predict.signals import DAY_S, GPU_TEMP, HOUR_S, SM_CLOCK, FloatArray
+from gpuforge.predict.telemetry import Event, SeriesKey, Telemetry, write_telemetry
 
 #: Degradation modes and their share among failures that give warning.
 MODES = {
@@ -59,7 +59,7 @@ MODES = {
     "xid": 0.15,
     "clock": 0.05,
 }
-#: 2026-11-01T00:00:00Z: histories start here unless told otherwise.
+#: 2026-11-01T00:00:00Z: generated telemetry starts here unless told otherwise.
 DEFAULT_START = 1_793_491_200.0
 
 SeriesBlock = tuple[str, list[str], FloatArray, FloatArray]
@@ -85,7 +85,7 @@ class FleetSpec:
 
     @property
     def at(self) -> float:
-        """The end of the history: the moment the fleet is scored."""
+        """The end of the telemetry: the moment the fleet is scored."""
         return self.start + self.days * DAY_S
 
 
@@ -225,9 +225,9 @@ class GeneratedFleet:
                 events.append(Event(float(t[i]), truth.node, "xid", g, 13, "generated"))
         return sorted(events, key=lambda e: e.time)
 
-    def history(self, nodes: list[str] | None = None) -> History:
-        """A :class:`History` of ``nodes`` (default: all): for files and small tests."""
-        out = History(source=f"generated seed {self.spec.seed}")
+    def telemetry(self, nodes: list[str] | None = None) -> Telemetry:
+        """A :class:`Telemetry` of ``nodes`` (default: all): for files and small tests."""
+        out = Telemetry(source=f"generated seed {self.spec.seed}")
         for name in nodes or self.names:
             out.labels[name] = dict(self.labels[name])
             blocks, events = self.node(name)
@@ -370,20 +370,20 @@ def _ramp(t: FloatArray, truth: Truth) -> FloatArray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuforge.predict.generate``: write a history file and its truth file."""
+    """``python -m gpuforge.predict.generate``: write a telemetry file and its truth file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", type=float, default=300.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, help="history (JSON Lines)")
+    parser.add_argument("--out", type=Path, required=True, help="telemetry (JSON Lines)")
     parser.add_argument("--truth", type=Path, required=True, help="failure times (JSON)")
     args = parser.parse_args(argv)
     fleet = GeneratedFleet(
         FleetSpec(nodes=args.nodes, days=args.days, step_s=args.step, seed=args.seed)
     )
     with args.out.open("w", encoding="utf-8") as out:
-        lines = write_history(fleet.history(), out)
+        lines = write_telemetry(fleet.telemetry(), out)
     args.truth.write_text(
         json.dumps(
             {

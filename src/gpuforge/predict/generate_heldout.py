@@ -3,13 +3,13 @@
 ``gpuforge.predict.generate`` is the fleet the scorer was first built against. This module was
 written apart from it and before the scorer was retuned, from what failing hardware looks like in
 telemetry, not from the scorer's thresholds; the scorer is tuned on one generator and reported on
-the other (``make bench`` prints both). It shares only the history format, the metric names and
+the other (``make bench`` prints both). It shares only the telemetry format, the metric names and
 the ground-truth record (``generate.Truth``).
 
 The default fleet is the one of issue 30's tester: 128 nodes x 14 days, one sample every 6 hours
 (a scrape with its own jitter per node), two node types (H200 and A100, whose clocks, temperatures
 and ECC background differ: peers are per type), 8 GPUs and 4 IB ports per node, racks of 8 nodes,
-leaves of 32. Nine nodes fail in the week after the history, each from a fault that has started:
+leaves of 32. Nine nodes fail in the week after the window, each from a fault that has started:
 
 * ``ecc``: an HBM row going bad: correctable ECC errors whose daily rate multiplies (x1.6-x3 a
   day), remapped rows added as the errors concentrate, a pending remap near the end;
@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 from gpuforge.predict.generate import Truth
-from gpuforge.predict.history import Event, History, SeriesKey, write_history
 from gpuforge.predict.score import (
     ECC_SBE,
     IB_LINK_DOWNED,
@@ -56,6 +55,7 @@ from gpuforge.predict.score import (
     REMAP_PENDING,
 )
 from gpuforge.predict.signals import DAY_S, GPU_TEMP, GPU_UTIL, HOUR_S, SM_CLOCK, FloatArray
+from gpuforge.predict.telemetry import Event, SeriesKey, Telemetry, write_telemetry
 
 #: 2026-10-05T00:00:00Z.
 DEFAULT_START = 1_791_158_400.0
@@ -102,7 +102,7 @@ class HeldoutSpec:
 
     @property
     def at(self) -> float:
-        """The end of the history: the moment the fleet is scored."""
+        """The end of the telemetry: the moment the fleet is scored."""
         return self.start + self.days * DAY_S
 
 
@@ -174,7 +174,7 @@ class HeldoutFleet:
 
     @property
     def at(self) -> float:
-        """The end of the history."""
+        """The end of the telemetry."""
         return self.spec.at
 
     def fails_within(self, horizon_s: float) -> set[str]:
@@ -195,9 +195,9 @@ class HeldoutFleet:
         rng = np.random.default_rng([self.spec.seed, 7_919, index])
         return _Node(self, self.truth[name], self.types[name], rng).draw()
 
-    def history(self, nodes: list[str] | None = None) -> History:
-        """A :class:`History` of ``nodes`` (default: all)."""
-        out = History(source=f"held-out generator seed {self.spec.seed}")
+    def telemetry(self, nodes: list[str] | None = None) -> Telemetry:
+        """A :class:`Telemetry` of ``nodes`` (default: all)."""
+        out = Telemetry(source=f"held-out generator seed {self.spec.seed}")
         for name in nodes or self.names:
             out.labels[name] = dict(self.labels[name])
             blocks, events = self.node(name)
@@ -265,7 +265,7 @@ class _Node:
         return np.cumsum(self.rng.poisson(lam), axis=1).astype(np.float64)
 
     def draw(self) -> tuple[list[SeriesBlock], list[Event]]:
-        """The node's series (and events: none; failures come after the history)."""
+        """The node's series (and events: none; failures come after the window)."""
         spec = self.spec
         ecc, pcie, ib, downed = self._counters()
         remap, pending = self._remaps(ecc)
@@ -344,7 +344,7 @@ class _Node:
         if self._is("old_ib_count"):
             # a cable that failed months ago, replaced: its errors stay on the counter
             ib[u] += float(rng.uniform(2e4, 5e5))
-            if rng.random() < 0.5:  # replaced during the history: growth, then flat
+            if rng.random() < 0.5:  # replaced during the window: growth, then flat
                 cut = int(rng.integers(n // 5, n // 3))
                 burst = np.cumsum(rng.poisson(float(rng.uniform(50, 400)), cut))
                 ib[u, :cut] += burst - burst[-1]
@@ -395,17 +395,17 @@ class _Node:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuforge.predict.generate_heldout``: a history file and its truth file."""
+    """``python -m gpuforge.predict.generate_heldout``: a telemetry file and its truth file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--days", type=float, default=14.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, help="history (JSON Lines)")
+    parser.add_argument("--out", type=Path, required=True, help="telemetry (JSON Lines)")
     parser.add_argument("--truth", type=Path, required=True, help="failure times (JSON)")
     args = parser.parse_args(argv)
     fleet = HeldoutFleet(HeldoutSpec(nodes=args.nodes, days=args.days, seed=args.seed))
     with args.out.open("w", encoding="utf-8") as out:
-        lines = write_history(fleet.history(), out)
+        lines = write_telemetry(fleet.telemetry(), out)
     args.truth.write_text(
         json.dumps(
             {

@@ -24,10 +24,10 @@ from gpuforge.health.fleet import Fleet
 from gpuforge.history.store import HistoryStore, history_path
 from gpuforge.predict import act
 from gpuforge.predict.calibration import Evaluation, evaluate, failed_after
-from gpuforge.predict.history import History
 from gpuforge.predict.policy import DrainPolicy
-from gpuforge.predict.score import PREDICTED_PREFIX, RiskReport, score_history
+from gpuforge.predict.score import PREDICTED_PREFIX, RiskReport, score_telemetry
 from gpuforge.predict.signals import Window
+from gpuforge.predict.telemetry import Telemetry
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.textfile import Family
 
@@ -177,27 +177,27 @@ def act_on(
 
 
 def scorecard(
-    history: History,
+    telemetry: Telemetry,
     admitted: Path | None,
     window: Window,
     *,
     horizon_s: float,
     threshold: float,
 ) -> tuple[act.Scorecard, Evaluation | None]:
-    """Past predicted drains judged, and the calibration when the history is labelled.
+    """Past predicted drains judged, and the calibration when the telemetry is labelled.
 
-    The events are the history's merged with the admission record's drains and resumes (when
-    ``admitted`` exists). A history with failures or RMAs after ``window.at`` is labelled:
+    The events are the telemetry's merged with the admission record's drains and resumes (when
+    ``admitted`` exists). Telemetry with failures or RMAs after ``window.at`` is labelled:
     the ranking at ``window.at`` is evaluated against them (:func:`calibration.evaluate`).
     """
-    events = history.events
+    events = telemetry.events
     if admitted is not None and admitted.is_file():
         events = act.merge_events(events, act.admission_events(AdmissionRecord(admitted)))
     card = act.scorecard(events, now=window.at, horizon_s=horizon_s)
-    failed = failed_after(history.events, window.at, horizon_s)
+    failed = failed_after(telemetry.events, window.at, horizon_s)
     if not failed:
         return card, None
-    report = score_history(history, window, horizon_s=horizon_s)
+    report = score_telemetry(telemetry, window, horizon_s=horizon_s)
     return card, evaluate(report, failed, threshold=threshold)
 
 

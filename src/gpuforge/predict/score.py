@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from gpuforge.predict.history import Event, FloatArray, History, format_time
 from gpuforge.predict.signals import (
     CLOCK_DEFICIT,
     DAY_S,
@@ -54,6 +53,7 @@ from gpuforge.predict.signals import (
     robust_scale,
     theil_sen,
 )
+from gpuforge.predict.telemetry import Event, FloatArray, Telemetry, format_time
 from gpuforge.validate.xid_catalogue import catalogue as xid_catalogue
 
 
@@ -98,7 +98,7 @@ REMAP_METRICS = (
 GAUGES = (GPU_TEMP, SM_CLOCK)
 #: The exported gauge read only as the load of the joint gauges (signals.joint_gauges).
 LOAD = GPU_UTIL
-#: Every metric the scorer reads; others in a history are ignored.
+#: Every metric the scorer reads; others in the telemetry are ignored.
 METRICS = (*COUNTERS, *REMAP_METRICS, *GAUGES)
 #: NVIDIA: row remapping supports up to 512 remappings per GPU frame buffer (docs/predictive.md).
 REMAP_LIMIT = 512
@@ -359,15 +359,15 @@ class FleetFeatures:
         )
 
     @classmethod
-    def from_history(cls, history: History, window: Window) -> FleetFeatures:
-        """Features of every series of ``history`` the scorer reads."""
+    def from_telemetry(cls, telemetry: Telemetry, window: Window) -> FleetFeatures:
+        """Features of every series of ``telemetry`` the scorer reads."""
         fleet = cls(window)
         keys = sorted(
-            (k for k in history.series if k.metric in METRICS or k.metric in JOINT),
+            (k for k in telemetry.series if k.metric in METRICS or k.metric in JOINT),
             key=lambda k: (k.node, k.metric, k.gpu if k.gpu is not None else -1, k.port or ""),
         )
         for key in keys:
-            t, v = history.series[key]
+            t, v = telemetry.series[key]
             fleet.add(key.node, key.metric, [key.subject], t, v[None, :])
         fleet._flush()
         return fleet
@@ -894,21 +894,21 @@ def score(
     )
 
 
-def score_history(
-    history: History,
+def score_telemetry(
+    telemetry: Telemetry,
     window: Window,
     *,
     horizon_s: float = 7 * DAY_S,
     min_coverage: float = 0.5,
 ) -> RiskReport:
-    """Score a :class:`History` read from a file, the store or Prometheus."""
-    fleet = FleetFeatures.from_history(history, window)
+    """Score a :class:`Telemetry` read from a file, the history store or Prometheus."""
+    fleet = FleetFeatures.from_telemetry(telemetry, window)
     return score(
         fleet,
-        history.events,
-        history.labels,
+        telemetry.events,
+        telemetry.labels,
         horizon_s=horizon_s,
         min_coverage=min_coverage,
-        source=history.source,
-        skipped_lines=len(history.skipped),
+        source=telemetry.source,
+        skipped_lines=len(telemetry.skipped),
     )

@@ -1,9 +1,9 @@
-"""Where a fleet history comes from besides a file: the state store, and Prometheus.
+"""Where fleet telemetry comes from besides a file: the history store, and Prometheus.
 
 The store (:mod:`gpuforge.history`) keeps each node's counters at most hourly, and only when
 they moved; its counter keys (``gpu/<i>/ecc_sbe_volatile``, ``ib/<device>/<port>/symbol_error``)
 become samples under dcgm-exporter's and node_exporter's names (:data:`STORE_METRICS`). Its
-events (Xids, drains, resumes, remediations, RMAs, failures) become history events.
+events (Xids, drains, resumes, remediations, RMAs, failures) become telemetry events.
 
 Prometheus is asked one ``/api/v1/query_range`` per metric the scorer reads
 (:data:`gpuforge.predict.score.METRICS`, plus ``DCGM_FI_DEV_XID_ERRORS`` whose changes to a
@@ -24,8 +24,8 @@ from gpuforge.admission import format_reason
 from gpuforge.errors import InputError
 from gpuforge.history.store import HistoryEvent as StoreEvent
 from gpuforge.history.store import HistoryStore
-from gpuforge.predict.history import EVENTS, LABELS, Event, History, SeriesKey
 from gpuforge.predict.score import METRICS
+from gpuforge.predict.telemetry import EVENTS, LABELS, Event, SeriesKey, Telemetry
 from gpuforge.promclient import Prometheus
 
 #: Store counter name (the last part of ``gpu/<i>/<name>``) -> metric name.
@@ -96,11 +96,11 @@ def from_store(
     until: float | None = None,
     labels: Mapping[str, Mapping[str, str]] | None = None,
     source: str = "store",
-) -> History:
-    """The history the store holds between ``since`` and ``until`` (counters and events)."""
-    history = History(source=source)
+) -> Telemetry:
+    """The counters and events the history store holds between ``since`` and ``until``."""
+    telemetry = Telemetry(source=source)
     for node, tags in (labels or {}).items():
-        history.labels[node] = dict(tags)
+        telemetry.labels[node] = dict(tags)
     points: dict[SeriesKey, list[tuple[float, float]]] = {}
     latest = store.latest()
     for node in sorted(latest):
@@ -117,15 +117,15 @@ def from_store(
                     points.setdefault(key, []).append((at, float(value)))
     for key, pairs in points.items():
         by_time = sorted(dict(pairs).items())
-        history.series[key] = (
+        telemetry.series[key] = (
             np.asarray([p[0] for p in by_time], dtype=np.float64),
             np.asarray([p[1] for p in by_time], dtype=np.float64),
         )
     for e in store.events(since=since, until=until):
         mapped = _event(e)
         if mapped is not None:
-            history.events.append(mapped)
-    return history
+            telemetry.events.append(mapped)
+    return telemetry
 
 
 # -- Prometheus ---------------------------------------------------------------------------------
@@ -158,26 +158,26 @@ def from_prometheus(
     step_s: float = 300.0,
     timeout: float = 30.0,
     metrics: Iterable[str] = METRICS,
-) -> History:
+) -> Telemetry:
     """Range queries over the scorer's metrics between ``start`` and ``end``."""
     prometheus = Prometheus(base_url, timeout=timeout)
-    history = History(source=prometheus.root)
+    telemetry = Telemetry(source=prometheus.root)
     for metric in (*metrics, XID_METRIC):
         answer = prometheus.query_range(metric, start=start, end=end, step_s=step_s)
         for series in answer:
-            _add_series(history, metric, series)
-    history.events.sort(key=lambda e: e.time)
-    return history
+            _add_series(telemetry, metric, series)
+    telemetry.events.sort(key=lambda e: e.time)
+    return telemetry
 
 
-def _add_series(history: History, metric: str, series: Mapping[str, Any]) -> None:
+def _add_series(telemetry: Telemetry, metric: str, series: Mapping[str, Any]) -> None:
     labels = {str(k): str(v) for k, v in dict(series.get("metric", {})).items()}
     key = _prom_key(metric, labels)
     if key is None:
         return
     tags = {k: labels[k] for k in LABELS if labels.get(k)}
     if tags:
-        history.labels.setdefault(key.node, {}).update(tags)
+        telemetry.labels.setdefault(key.node, {}).update(tags)
     values = series.get("values", [])
     t = np.asarray([float(v[0]) for v in values], dtype=np.float64)
     x = np.asarray([float(v[1]) for v in values], dtype=np.float64)
@@ -187,12 +187,12 @@ def _add_series(history: History, metric: str, series: Mapping[str, Any]) -> Non
         # dcgm-exporter reports the last Xid as a gauge: each change to a non-zero code is one
         changed = np.nonzero((x != 0) & (np.diff(x, prepend=0.0) != 0))[0]
         for i in changed:
-            history.events.append(Event(float(t[i]), key.node, "xid", key.gpu, int(x[i])))
+            telemetry.events.append(Event(float(t[i]), key.node, "xid", key.gpu, int(x[i])))
         return
-    old = history.series.get(key)
+    old = telemetry.series.get(key)
     if old is not None:  # the same node and subject from two exporters' series: merge
         t = np.concatenate([old[0], t])
         x = np.concatenate([old[1], x])
         order = np.argsort(t, kind="stable")
         t, x = t[order], x[order]
-    history.series[key] = (t, x)
+    telemetry.series[key] = (t, x)

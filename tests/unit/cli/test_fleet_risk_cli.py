@@ -1,4 +1,4 @@
-"""``gpuforge fleet risk`` and ``export-history`` through click: sources, errors, exit codes."""
+"""``gpuforge fleet risk`` and ``export-telemetry`` through click: sources, errors, exit codes."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from gpuforge.generate import write_cluster_inventory
 from gpuforge.history import history_path
 from gpuforge.history.store import HistoryStore
 from gpuforge.predict.act import predicted_reason
-from gpuforge.predict.history import Event, SeriesKey, format_time, write_history
 from gpuforge.predict.score import ECC_SBE, REMAP_CORRECTABLE
+from gpuforge.predict.telemetry import Event, SeriesKey, format_time, write_telemetry
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.topology import load_cluster
 from gpuforge.validate.result import NodeVerdict, Verdict
@@ -31,21 +31,21 @@ from tests.unit.predict.builders import AT, fleet, ramp_from, set_series, times
 from tests.unit.slurm.fake import FakeSlurm
 
 
-def _history_file(tmp_path: Path) -> Path:
-    history = fleet(nodes=8)
-    set_series(history, SeriesKey("gpu07", ECC_SBE, gpu=3), ramp_from(day=3, per_hour_end=400))
+def _telemetry_file(tmp_path: Path) -> Path:
+    telemetry = fleet(nodes=8)
+    set_series(telemetry, SeriesKey("gpu07", ECC_SBE, gpu=3), ramp_from(day=3, per_hour_end=400))
     rows = np.floor(np.linspace(0, 9, len(times())))
-    set_series(history, SeriesKey("gpu07", REMAP_CORRECTABLE, gpu=3), rows)
+    set_series(telemetry, SeriesKey("gpu07", REMAP_CORRECTABLE, gpu=3), rows)
     out = io.StringIO()
-    write_history(history, out)
+    write_telemetry(telemetry, out)
     path = tmp_path / "fleet.jsonl"
     path.write_text(out.getvalue())
     return path
 
 
 def test_risk_ranks_the_degrading_node_first(tmp_path: Path) -> None:
-    path = _history_file(tmp_path)
-    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path)])
+    path = _telemetry_file(tmp_path)
+    result = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert "8 nodes scored, 1 with findings, 0 with too little data" in lines[0]
@@ -54,8 +54,8 @@ def test_risk_ranks_the_degrading_node_first(tmp_path: Path) -> None:
 
 
 def test_risk_json_lists_every_node(tmp_path: Path) -> None:
-    path = _history_file(tmp_path)
-    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--json"])
+    path = _telemetry_file(tmp_path)
+    result = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["schema"] == "gpuforge.risk/1"
@@ -64,16 +64,16 @@ def test_risk_json_lists_every_node(tmp_path: Path) -> None:
 
 
 def test_malformed_line_exits_2_naming_the_line_or_is_skipped_and_counted(tmp_path: Path) -> None:
-    path = _history_file(tmp_path)
+    path = _telemetry_file(tmp_path)
     lines = path.read_text().splitlines()
     lines.insert(4, '{"time": "2026-11-30T19:20:00Z", "node": "gpu01", "value": 1}')
     path.write_text("\n".join(lines) + "\n")
-    refused = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path)])
+    refused = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path)])
     assert refused.exit_code == 2
     assert f"{path}:5: " in refused.output and "missing" in refused.output
     assert "Traceback" not in refused.output
     skipped = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--on-error", "skip"]
+        main, ["fleet", "risk", "--telemetry", str(path), "--on-error", "skip"]
     )
     assert skipped.exit_code == 0, skipped.output
     assert "1 malformed lines skipped" in skipped.output
@@ -81,37 +81,37 @@ def test_malformed_line_exits_2_naming_the_line_or_is_skipped_and_counted(tmp_pa
 
 
 def test_exactly_one_source_and_valid_durations(tmp_path: Path) -> None:
-    path = _history_file(tmp_path)
+    path = _telemetry_file(tmp_path)
     both = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--prometheus", "http://x"]
+        main, ["fleet", "risk", "--telemetry", str(path), "--prometheus", "http://x"]
     )
     assert both.exit_code == 2 and "exactly one of" in both.output
-    bad = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--window", "7w"])
+    bad = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path), "--window", "7w"])
     assert bad.exit_code == 2 and "--window: '7w' is not a duration" in bad.output
 
 
 def test_at_moves_the_window_back(tmp_path: Path) -> None:
-    path = _history_file(tmp_path)
+    path = _telemetry_file(tmp_path)
     early = "2026-11-19T12:00:00Z"  # before the degradation began: too little data everywhere
-    result = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--at", early])
+    result = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path), "--at", early])
     assert result.exit_code == 0, result.output
     assert "0 nodes scored" in result.output and "8 with too little data" in result.output
 
 
-def test_scorecard_from_a_history_file(tmp_path: Path) -> None:
-    history = fleet(nodes=2)
-    history.events += [
+def test_scorecard_from_a_telemetry_file(tmp_path: Path) -> None:
+    telemetry = fleet(nodes=2)
+    telemetry.events += [
         Event(AT - 5 * 86400, "gpu01", "drain", detail=predicted_reason("ecc_sbe_rate")),
         Event(AT - 4 * 86400, "gpu01", "failure"),
         Event(AT - 5 * 86400, "gpu02", "drain", detail=predicted_reason("thermal_drift")),
         Event(AT - 4 * 86400, "gpu02", "resume"),
     ]
     out = io.StringIO()
-    write_history(history, out)
+    write_telemetry(telemetry, out)
     path = tmp_path / "h.jsonl"
     path.write_text(out.getvalue())
     result = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--scorecard", "--json"]
+        main, ["fleet", "risk", "--telemetry", str(path), "--scorecard", "--json"]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -119,7 +119,8 @@ def test_scorecard_from_a_history_file(tmp_path: Path) -> None:
     assert data["precision"] == 0.5
 
 
-def test_export_history_from_the_store_reads_back(tmp_path: Path) -> None:
+def _small_store(tmp_path: Path) -> Path:
+    """A state directory whose ``lab`` history store holds 3 ECC samples and one Xid."""
     state = tmp_path / "state"
     (state / "lab").mkdir(parents=True)
     with HistoryStore.open(state / "lab" / "history.db") as store:
@@ -127,19 +128,59 @@ def test_export_history_from_the_store_reads_back(tmp_path: Path) -> None:
             counters = {"gpu/0/ecc_sbe_volatile": hour * 10}
             store.ingest([record("gpu01", at=T0 + hour * 3600, counters=counters)])
         store.add_event("gpu01", "xid", at=T0 + 60, code=31, gpu=0)
+    return state
+
+
+def test_export_telemetry_from_the_store_reads_back(tmp_path: Path) -> None:
+    state = _small_store(tmp_path)
     out = tmp_path / "export.jsonl"
     result = CliRunner().invoke(
         main,
-        ["fleet", "export-history", "--state-dir", str(state), "--since", "400d",
+        ["fleet", "export-telemetry", "--state-dir", str(state), "--since", "400d",
          "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = out.read_text().splitlines()
-    assert json.loads(lines[0]) == {"schema": "gpuforge.history/1"}
+    assert json.loads(lines[0]) == {"schema": "gpuforge.telemetry/1"}
     assert sum('"metric":"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"' in line for line in lines) == 3
     assert sum('"event":"xid"' in line for line in lines) == 1
-    risk = CliRunner().invoke(main, ["fleet", "risk", "--history", str(out), "--window", "3h"])
+    risk = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(out), "--window", "3h"])
     assert risk.exit_code == 0, risk.output
+
+
+def test_export_history_is_a_hidden_alias_of_export_telemetry(tmp_path: Path) -> None:
+    """Scripts written before the rename keep working: the same options, the same file."""
+    state = _small_store(tmp_path)
+    written = {}
+    for name in ("export-telemetry", "export-history"):
+        out = tmp_path / f"{name}.jsonl"
+        args = ["fleet", name, "--state-dir", str(state), "--since", "400d", "--out", str(out)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "exported 5 lines: 1 series, 1 events" in result.output
+        written[name] = out.read_text()
+    assert written["export-history"] == written["export-telemetry"]
+    listing = CliRunner().invoke(main, ["fleet", "--help"]).output
+    assert "export-telemetry" in listing and "export-history" not in listing
+    bad = CliRunner().invoke(main, ["fleet", "export-history", "--since", "7w"])
+    assert bad.exit_code == 2 and "--since: '7w' is not a duration" in bad.output
+
+
+def test_history_is_a_hidden_alias_of_the_telemetry_option(tmp_path: Path) -> None:
+    path = _telemetry_file(tmp_path)
+    new = CliRunner().invoke(main, ["fleet", "risk", "--telemetry", str(path), "--json"])
+    old = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--json"])
+    assert new.exit_code == old.exit_code == 0, old.output
+    assert old.output == new.output  # the scoring time is the file's end: the same document
+    assert json.loads(old.output)["nodes"][0]["node"] == "gpu07"
+    helped = CliRunner().invoke(main, ["fleet", "risk", "--help"]).output
+    assert "--telemetry FILE" in helped and "--history" not in helped
+    both = CliRunner().invoke(
+        main, ["fleet", "risk", "--telemetry", str(path), "--history", str(path)]
+    )
+    assert both.exit_code == 2 and "--history is its earlier name" in both.output
+    with_store = CliRunner().invoke(main, ["fleet", "risk", "--history", str(path), "--from-store"])
+    assert with_store.exit_code == 2 and "exactly one of --telemetry FILE" in with_store.output
 
 
 def _degrading_store(
@@ -239,16 +280,16 @@ def test_the_nightly_run_keeps_its_report_and_metrics_in_shadow(
 def test_the_textfile_lists_at_most_limit_nodes_and_no_drain_without_acting(
     tmp_path: Path,
 ) -> None:
-    path = _history_file(tmp_path)
+    path = _telemetry_file(tmp_path)
     prom = tmp_path / "risk.prom"
     result = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--limit", "0", "--textfile", str(prom)]
+        main, ["fleet", "risk", "--telemetry", str(path), "--limit", "0", "--textfile", str(prom)]
     )
     assert result.exit_code == 0, result.output
     assert "gpuforge_predict_node_score{" not in prom.read_text()
     assert result.stdout.splitlines()[0].startswith("fleet risk at"), "the text output stays"
     shown = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--textfile", str(prom)]
+        main, ["fleet", "risk", "--telemetry", str(path), "--textfile", str(prom)]
     )
     assert shown.exit_code == 0, shown.output
     text = prom.read_text()
@@ -260,9 +301,9 @@ def test_the_textfile_lists_at_most_limit_nodes_and_no_drain_without_acting(
 def test_report_dir_and_textfile_are_refused_with_scorecard_and_unwritable_is_one_line(
     tmp_path: Path,
 ) -> None:
-    path = _history_file(tmp_path)
+    path = _telemetry_file(tmp_path)
     refused = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(path), "--scorecard", "--textfile", "x.prom"]
+        main, ["fleet", "risk", "--telemetry", str(path), "--scorecard", "--textfile", "x.prom"]
     )
     assert refused.exit_code == 2 and "not with --scorecard" in refused.output
     blocker = tmp_path / "a-file"
@@ -270,7 +311,7 @@ def test_report_dir_and_textfile_are_refused_with_scorecard_and_unwritable_is_on
     for option in ("--report-dir", "--textfile"):
         target = blocker / "below" / "x.prom"
         failed = CliRunner().invoke(
-            main, ["fleet", "risk", "--history", str(path), option, str(target)]
+            main, ["fleet", "risk", "--telemetry", str(path), option, str(target)]
         )
         assert failed.exit_code == 1, failed.output
         assert failed.stderr.startswith(f"error: {option} {target}: ")

@@ -20,7 +20,7 @@ from gpuforge.cli import main
 from gpuforge.command import remote_line
 from gpuforge.generate import write_cluster_inventory
 from gpuforge.history import HistoryStore, history_path
-from gpuforge.predict.history import write_history
+from gpuforge.predict.telemetry import write_telemetry
 from gpuforge.services import ServicesHost, services_hostname
 from gpuforge.topology import load_cluster
 
@@ -209,7 +209,7 @@ def test_make_conformance_runs_there_with_its_reports_and_timeout(
     assert not (tmp_path / "build").exists()  # no report here
 
 
-def test_fleet_risk_from_the_store_runs_there_a_history_file_here(
+def test_fleet_risk_from_the_store_runs_there_a_telemetry_file_here(
     tmp_path: Path, ssh_log: Path, echo_gpuforge: Path
 ) -> None:
     root = _cluster(tmp_path / "lab")
@@ -223,8 +223,8 @@ def test_fleet_risk_from_the_store_runs_there_a_history_file_here(
     ssh_log.unlink()
     file = tmp_path / "fleet.jsonl"
     with file.open("w", encoding="utf-8") as out:
-        write_history(builders.fleet(nodes=8), out)
-    here = run("fleet", "risk", "--history", file, "--inventory", root)
+        write_telemetry(builders.fleet(nodes=8), out)
+    here = run("fleet", "risk", "--telemetry", file, "--inventory", root)
     assert here.exit_code == 0, here.output
     assert "fleet risk at" in here.stdout
     assert not ssh_log.exists()

@@ -8,8 +8,8 @@ import pytest
 
 from gpuforge.admission import Admission, AdmissionRecord, BreakerPolicy, is_ours, parse_reason
 from gpuforge.predict.act import drain_top, merge_events, predicted_reason, scorecard
-from gpuforge.predict.history import Event
 from gpuforge.predict.score import Finding, NodeRisk, RiskReport
+from gpuforge.predict.telemetry import Event
 from gpuforge.slurm.control import SlurmClient
 from tests.unit.slurm.fake import FakeSlurm
 

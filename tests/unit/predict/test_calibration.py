@@ -1,4 +1,4 @@
-"""Calibration on a labelled history: reliability per bin, precision@k, recall."""
+"""Calibration on labelled telemetry: reliability per bin, precision@k, recall."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from gpuforge.cli import main
 from gpuforge.predict.calibration import BINS, evaluate, failed_after, format_bins
 from gpuforge.predict.generate_heldout import HeldoutFleet, HeldoutSpec
-from gpuforge.predict.history import Event, format_time, write_history
 from gpuforge.predict.score import Finding, NodeRisk, RiskReport, calibrated
+from gpuforge.predict.telemetry import Event, format_time, write_telemetry
 
 DAY = 86_400.0
 
@@ -66,17 +66,17 @@ def test_the_calibration_map_keeps_the_order_and_stays_a_probability() -> None:
     assert values[1] < 0.01, "a one-off burst's evidence stays far from any threshold"
 
 
-def test_scorecard_of_a_labelled_history_reports_calibration(tmp_path: Path) -> None:
+def test_scorecard_of_labelled_telemetry_reports_calibration(tmp_path: Path) -> None:
     fleet = HeldoutFleet(HeldoutSpec(nodes=40, failing=3, decoys_each=1, seed=2))
-    history = fleet.history()
+    telemetry = fleet.telemetry()
     for truth in fleet.truth.values():
         if truth.fail_time is not None:
-            history.events.append(Event(truth.fail_time, truth.node, "failure"))
+            telemetry.events.append(Event(truth.fail_time, truth.node, "failure"))
     out = io.StringIO()
-    write_history(history, out)
+    write_telemetry(telemetry, out)
     path = tmp_path / "labelled.jsonl"
     path.write_text(out.getvalue())
-    args = ["fleet", "risk", "--history", str(path), "--at", format_time(fleet.at), "--scorecard"]
+    args = ["fleet", "risk", "--telemetry", str(path), "--at", format_time(fleet.at), "--scorecard"]
     result = CliRunner().invoke(main, [*args, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)["calibration"]
@@ -84,5 +84,5 @@ def test_scorecard_of_a_labelled_history_reports_calibration(tmp_path: Path) -> 
     assert data["precision_at_k"] >= 2 / 3
     assert sum(b["nodes"] for b in data["reliability"]) == 40
     text = CliRunner().invoke(main, args)
-    assert "calibration on the labelled history (3 nodes failed" in text.output
+    assert "calibration on the labelled telemetry (3 nodes failed" in text.output
     assert "[0.80, 1.00]" in text.output

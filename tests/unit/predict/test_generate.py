@@ -7,19 +7,19 @@ import io
 import numpy as np
 
 from gpuforge.predict.generate import FleetSpec, GeneratedFleet
-from gpuforge.predict.history import read_lines, write_history
-from gpuforge.predict.score import FleetFeatures, score, score_history
+from gpuforge.predict.score import FleetFeatures, score, score_telemetry
 from gpuforge.predict.signals import DAY_S, Window
+from gpuforge.predict.telemetry import read_lines, write_telemetry
 
 SPEC = FleetSpec(
     nodes=16, days=8, step_s=3600, gpus=4, ports=2, seed=0, fail_fraction=0.5, spike_fraction=0.2
 )
 
 
-def test_failure_times_are_kept_apart_from_the_history() -> None:
+def test_failure_times_are_kept_apart_from_the_telemetry() -> None:
     fleet = GeneratedFleet(SPEC)
-    history = fleet.history()
-    assert not [e for e in history.events if e.event == "failure"]
+    telemetry = fleet.telemetry()
+    assert not [e for e in telemetry.events if e.event == "failure"]
     failing = [t for t in fleet.truth.values() if t.fail_time is not None]
     assert failing and all(t.fail_time > SPEC.at for t in failing)
     assert fleet.fails_within(7 * DAY_S) <= {t.node for t in failing}
@@ -45,8 +45,8 @@ def test_the_json_lines_path_scores_exactly_like_the_array_path() -> None:
         events += node_events
     direct = score(features, sorted(events, key=lambda e: e.time), fleet.labels)
     text = io.StringIO()
-    write_history(fleet.history(), text)
-    via_file = score_history(read_lines(text.getvalue().splitlines(), source="g"), window)
+    write_telemetry(fleet.telemetry(), text)
+    via_file = score_telemetry(read_lines(text.getvalue().splitlines(), source="g"), window)
     assert [(r.node, round(r.score, 9), r.top_signal) for r in direct.nodes] == [
         (r.node, round(r.score, 9), r.top_signal) for r in via_file.nodes
     ]

@@ -9,9 +9,9 @@ import pytest
 
 from gpuforge.predict.calibration import evaluate
 from gpuforge.predict.generate_heldout import DECOYS, HeldoutFleet, HeldoutSpec
-from gpuforge.predict.history import read_lines, write_history
-from gpuforge.predict.score import FleetFeatures, RiskReport, score, score_history
+from gpuforge.predict.score import FleetFeatures, RiskReport, score, score_telemetry
 from gpuforge.predict.signals import DAY_S, Window
+from gpuforge.predict.telemetry import read_lines, write_telemetry
 
 HORIZON = 7 * DAY_S
 
@@ -31,11 +31,11 @@ def test_the_fleet_is_the_testers_shape_with_its_truth_apart() -> None:
     assert len(fleet.fails_within(HORIZON)) == 9
     kinds = {t.kind for t in fleet.truth.values()}
     assert set(DECOYS) <= kinds
-    history = fleet.history(fleet.names[:2])
-    t, _ = next(iter(history.series.values()))
+    telemetry = fleet.telemetry(fleet.names[:2])
+    t, _ = next(iter(telemetry.series.values()))
     assert len(t) == 14 * 4  # a sample every 6 hours
     assert t[-1] <= fleet.at
-    assert all(e.event != "failure" for e in history.events)
+    assert all(e.event != "failure" for e in telemetry.events)
     assert {v["node_type"] for v in fleet.labels.values()} == {"h200-sxm-8x", "a100-sxm4-8x"}
 
 
@@ -58,8 +58,8 @@ def test_held_out_file_path_scores_like_the_array_path() -> None:
     fleet = HeldoutFleet(HeldoutSpec(nodes=40, failing=3, decoys_each=1, seed=5))
     direct = _score(fleet)
     text = io.StringIO()
-    write_history(fleet.history(), text)
-    via_file = score_history(
+    write_telemetry(fleet.telemetry(), text)
+    via_file = score_telemetry(
         read_lines(text.getvalue().splitlines(), source="h"), Window(fleet.at), horizon_s=HORIZON
     )
     assert [(r.node, round(r.score, 9), r.top_signal) for r in direct.nodes] == [

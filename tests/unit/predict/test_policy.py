@@ -71,17 +71,17 @@ def test_an_unreadable_policy_file_is_an_input_error(tmp_path: Path) -> None:
 def test_cli_refuses_a_bad_policy_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
     policy = tmp_path / "predict.yaml"
     policy.write_text("drain:\n  max_per_night: many\n")
-    history = tmp_path / "h.jsonl"
-    history.write_text('{"schema": "gpuforge.history/1"}\n')
+    data = tmp_path / "h.jsonl"
+    data.write_text('{"schema": "gpuforge.telemetry/1"}\n')
     result = CliRunner().invoke(
-        main, ["fleet", "risk", "--history", str(history), "--policy", str(policy)]
+        main, ["fleet", "risk", "--telemetry", str(data), "--policy", str(policy)]
     )
     assert result.exit_code == 2
     assert f"{policy}:2: drain.max_per_night: must be an integer >= 0" in result.output
     assert "Traceback" not in result.output
     both = CliRunner().invoke(
         main,
-        ["fleet", "risk", "--history", str(history), "--policy", str(policy), "--drain-top", "1"],
+        ["fleet", "risk", "--telemetry", str(data), "--policy", str(policy), "--drain-top", "1"],
     )
     assert both.exit_code == 2 and "not both" in both.output
 

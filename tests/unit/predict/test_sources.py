@@ -14,10 +14,10 @@ import pytest
 
 from gpuforge.errors import InputError, OperationError
 from gpuforge.history.store import HistoryStore
-from gpuforge.predict.history import SeriesKey
-from gpuforge.predict.score import score_history
+from gpuforge.predict.score import score_telemetry
 from gpuforge.predict.signals import Window
 from gpuforge.predict.sources import from_prometheus, from_store
+from gpuforge.predict.telemetry import SeriesKey
 from tests.unit.history.records import T0, record
 
 LABELS = {"node": "gpu01", "rack": "r1", "leaf": "leaf1", "node_type": "h100", "job": "dcgm"}
@@ -86,13 +86,13 @@ def _url(server: ThreadingHTTPServer) -> str:
 
 
 def test_range_queries_become_series_labels_and_xid_events(prometheus: ThreadingHTTPServer) -> None:
-    history = from_prometheus(_url(prometheus), start=T0, end=T0 + 900, step_s=300, timeout=5)
-    ecc = history.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=3)]
+    telemetry = from_prometheus(_url(prometheus), start=T0, end=T0 + 900, step_s=300, timeout=5)
+    ecc = telemetry.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=3)]
     assert list(ecc[1]) == [1.0, 5.0]  # NaN dropped
-    ib = history.series[SeriesKey("gpu02", "node_infiniband_symbol_error_total", port="mlx5_0/1")]
+    ib = telemetry.series[SeriesKey("gpu02", "node_infiniband_symbol_error_total", port="mlx5_0/1")]
     assert list(ib[1]) == [0.0, 2.0]
-    assert history.labels["gpu01"] == {"rack": "r1", "leaf": "leaf1", "node_type": "h100"}
-    assert [(e.code, e.gpu, e.time) for e in history.events] == [
+    assert telemetry.labels["gpu01"] == {"rack": "r1", "leaf": "leaf1", "node_type": "h100"}
+    assert [(e.code, e.gpu, e.time) for e in telemetry.events] == [
         (79, 1, T0 + 300),
         (31, 1, T0 + 900),
     ]
@@ -112,7 +112,7 @@ def test_a_failing_query_or_an_unreachable_server_is_an_operation_error(
         from_prometheus("file:///etc/passwd", start=T0, end=T0 + 900)
 
 
-def test_store_counters_and_events_become_the_history(tmp_path: Path) -> None:
+def test_store_counters_and_events_become_telemetry(tmp_path: Path) -> None:
     with HistoryStore.open(tmp_path / "history.db") as store:
         for hour, sbe in enumerate((0, 4, 40)):
             counters = {"gpu/3/ecc_sbe_volatile": sbe, "ib/mlx5_0/1/symbol_error": hour}
@@ -120,17 +120,18 @@ def test_store_counters_and_events_become_the_history(tmp_path: Path) -> None:
         store.add_event("gpu01", "xid", at=T0 + 100, code=79, gpu=3)
         store.add_event("gpu01", "drain", at=T0 + 200, check="gpu.xid", action="reboot")
         store.add_event("gpu01", "refused", at=T0 + 300, check="gpu.xid", action="reboot")
-        history = from_store(store, labels={"gpu01": {"rack": "r1"}})
-    ecc = history.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=3)]
+        telemetry = from_store(store, labels={"gpu01": {"rack": "r1"}})
+    ecc = telemetry.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=3)]
     assert list(ecc[1]) == [0.0, 4.0, 40.0]
     assert (
-        SeriesKey("gpu01", "node_infiniband_symbol_error_total", port="mlx5_0/1") in history.series
+        SeriesKey("gpu01", "node_infiniband_symbol_error_total", port="mlx5_0/1")
+        in telemetry.series
     )
-    assert [(e.event, e.code, e.detail) for e in history.events] == [
+    assert [(e.event, e.code, e.detail) for e in telemetry.events] == [
         ("xid", 79, ""),
         ("drain", None, "gpuforge:gpu.xid:reboot"),
     ]
-    assert history.labels == {"gpu01": {"rack": "r1"}}
+    assert telemetry.labels == {"gpu01": {"rack": "r1"}}
 
 
 def test_store_gaps_mean_unchanged_so_a_quiet_node_spans_the_window(tmp_path: Path) -> None:
@@ -139,9 +140,9 @@ def test_store_gaps_mean_unchanged_so_a_quiet_node_spans_the_window(tmp_path: Pa
     with HistoryStore.open(tmp_path / "history.db") as store:
         store.ingest([record("gpu01", at=T0, counters=counters)])
         store.ingest([record("gpu01", at=T0 + 5 * 86400, counters=counters)])
-        history = from_store(store, since=T0 + 86400)
-    times, values = history.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=0)]
+        telemetry = from_store(store, since=T0 + 86400)
+    times, values = telemetry.series[SeriesKey("gpu01", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu=0)]
     assert list(times) == [T0 + 86400, T0 + 5 * 86400]  # carried to the window's start
     assert list(values) == [7.0, 7.0]
-    report = score_history(history, Window(T0 + 5 * 86400, 4 * 86400))
+    report = score_telemetry(telemetry, Window(T0 + 5 * 86400, 4 * 86400))
     assert [(r.node, r.status) for r in report.nodes] == [("gpu01", "scored")]

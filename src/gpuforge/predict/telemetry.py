@@ -1,6 +1,9 @@
-"""The fleet history format: versioned JSON Lines (docs/predictive.md, "History format").
+"""The fleet telemetry format: versioned JSON Lines (docs/predictive.md, "Telemetry format").
 
-The first line is the header ``{"schema": "gpuforge.history/1"}``; every other line is one of
+What ``gpuforge fleet export-telemetry`` writes and ``gpuforge fleet risk --telemetry`` reads (the
+collector's SQLite store, :mod:`gpuforge.history`, is another thing: the history). The first line
+is the header ``{"schema": "gpuforge.telemetry/1"}`` (``gpuforge.history/1``, what earlier
+versions wrote, is read as the same format); every other line is one of
 
 * a sample ``{"time", "node", "gpu", "port", "metric", "value"}`` (``metric`` named as
   dcgm-exporter and node_exporter name it: ``DCGM_FI_DEV_GPU_TEMP``,
@@ -30,8 +33,13 @@ import numpy.typing as npt
 
 from gpuforge.errors import InputError
 
-SCHEMA = "gpuforge.history/1"
-#: The event kinds a history may hold.
+#: The header this gpuforge writes.
+SCHEMA = "gpuforge.telemetry/1"
+#: The same format under its earlier name (files exported before the rename): read, never written.
+LEGACY_SCHEMA = "gpuforge.history/1"
+#: The headers the reader accepts.
+SCHEMAS = (SCHEMA, LEGACY_SCHEMA)
+#: The event kinds a telemetry file may hold.
 EVENTS = ("xid", "drain", "resume", "remediation", "rma", "failure")
 #: The topology labels that define peer groups.
 LABELS = ("rack", "leaf", "node_type")
@@ -63,7 +71,7 @@ class SeriesKey:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One event of a node's history (an Xid, a drain, a failure, ...)."""
+    """One event of a node (an Xid, a drain, a failure, ...)."""
 
     time: float
     node: str
@@ -73,7 +81,7 @@ class Event:
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of one history line."""
+        """The JSON object of one telemetry line."""
         out: dict[str, Any] = {
             "time": format_time(self.time),
             "node": self.node,
@@ -99,7 +107,7 @@ class LineError:
 
 
 @dataclass
-class History:
+class Telemetry:
     """Series (time-sorted arrays), events and labels of a fleet; what the scorer reads."""
 
     series: dict[SeriesKey, tuple[FloatArray, FloatArray]] = field(default_factory=dict)
@@ -117,7 +125,7 @@ class History:
 
     @property
     def end(self) -> float | None:
-        """The latest time in the history (samples and events), or None when it is empty."""
+        """The latest time in the telemetry (samples and events), or None when it is empty."""
         ends = [float(t[-1]) for t, _ in self.series.values() if len(t)]
         ends += [e.time for e in self.events]
         return max(ends) if ends else None
@@ -227,10 +235,10 @@ def _keys() -> list[str]:
 
 
 class _Builder:
-    """Accumulates parsed lines into a :class:`History`."""
+    """Accumulates parsed lines into a :class:`Telemetry`."""
 
     def __init__(self, source: str) -> None:
-        self.history = History(source=source)
+        self.telemetry = Telemetry(source=source)
         self._points: dict[SeriesKey, tuple[list[float], list[float]]] = {}
 
     def add(self, kind: str, value: Any) -> None:
@@ -240,28 +248,28 @@ class _Builder:
             times.append(t)
             values.append(v)
         elif kind == "event":
-            self.history.events.append(value)
+            self.telemetry.events.append(value)
         elif kind == "labels":
             node, labels = value
-            self.history.labels.setdefault(node, {}).update(labels)
+            self.telemetry.labels.setdefault(node, {}).update(labels)
 
-    def done(self) -> History:
+    def done(self) -> Telemetry:
         for key, (times, values) in self._points.items():
             t = np.asarray(times, dtype=np.float64)
             v = np.asarray(values, dtype=np.float64)
             if len(t) > 1 and bool(np.any(np.diff(t) < 0)):
                 order = np.argsort(t, kind="stable")
                 t, v = t[order], v[order]
-            self.history.series[key] = (t, v)
-        self.history.events.sort(key=lambda e: e.time)
-        return self.history
+            self.telemetry.series[key] = (t, v)
+        self.telemetry.events.sort(key=lambda e: e.time)
+        return self.telemetry
 
 
-def read_lines(lines: Iterable[str], *, source: str, on_error: OnError = "fail") -> History:
-    """Parse history lines (the first must be the header). ``source`` names them in errors.
+def read_lines(lines: Iterable[str], *, source: str, on_error: OnError = "fail") -> Telemetry:
+    """Parse telemetry lines (the first must be the header). ``source`` names them in errors.
 
     ``on_error="fail"`` raises :class:`InputError` at the first malformed line; ``"skip"``
-    records it in :attr:`History.skipped` (never silently) and goes on. A missing or foreign
+    records it in :attr:`Telemetry.skipped` (never silently) and goes on. A missing or foreign
     header is always refused: the rest could not be trusted.
     """
     builder = _Builder(source)
@@ -282,13 +290,13 @@ def read_lines(lines: Iterable[str], *, source: str, on_error: OnError = "fail")
                 ) from None
             if on_error == "fail":
                 raise InputError(f"{source}:{number}: {message}") from None
-            builder.history.skipped.append(LineError(number, message))
+            builder.telemetry.skipped.append(LineError(number, message))
             continue
         if kind == "header":
-            if value != SCHEMA:
+            if value not in SCHEMAS:
                 raise InputError(
                     f"{source}:{number}: schema: {value!r} is not {SCHEMA!r} (this gpuforge "
-                    "reads version 1)"
+                    f"reads version 1, also under its earlier name {LEGACY_SCHEMA!r})"
                 )
             seen_header = True
             continue
@@ -296,25 +304,25 @@ def read_lines(lines: Iterable[str], *, source: str, on_error: OnError = "fail")
             raise InputError(f'{source}:{number}: expected the header {{"schema": "{SCHEMA}"}}')
         builder.add(kind, value)
     if not seen_header:
-        raise InputError(f"{source}: empty history (no header line)")
-    history = builder.done()
-    history.lines = count
-    return history
+        raise InputError(f"{source}: empty telemetry file (no header line)")
+    telemetry = builder.done()
+    telemetry.lines = count
+    return telemetry
 
 
-def read_history(path: Path, *, on_error: OnError = "fail") -> History:
-    """Read a history file (``-`` is not accepted here; the CLI handles stdin)."""
+def read_telemetry(path: Path, *, on_error: OnError = "fail") -> Telemetry:
+    """Read a telemetry file (``-`` is not accepted here; the CLI handles stdin)."""
     try:
         with path.open(encoding="utf-8") as handle:
             return read_lines(handle, source=str(path), on_error=on_error)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the history ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read the telemetry file ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from None
 
 
 def sample_line(key: SeriesKey, time: float, value: float) -> str:
-    """One sample as a history line."""
+    """One sample as a telemetry line."""
     number: float | int = int(value) if float(value).is_integer() else value
     return json.dumps(
         {
@@ -329,22 +337,22 @@ def sample_line(key: SeriesKey, time: float, value: float) -> str:
     )
 
 
-def history_lines(history: History) -> Iterator[str]:
-    """Every line of ``history`` in the format: header, labels, samples by series, events."""
+def telemetry_lines(telemetry: Telemetry) -> Iterator[str]:
+    """Every line of ``telemetry`` in the format: header, labels, samples by series, events."""
     yield json.dumps({"schema": SCHEMA})
-    for node in sorted(history.labels):
-        yield json.dumps({"node": node, "labels": history.labels[node]}, sort_keys=True)
-    for key, (times, values) in history.series.items():
+    for node in sorted(telemetry.labels):
+        yield json.dumps({"node": node, "labels": telemetry.labels[node]}, sort_keys=True)
+    for key, (times, values) in telemetry.series.items():
         for t, v in zip(times.tolist(), values.tolist(), strict=True):
             yield sample_line(key, t, v)
-    for event in history.events:
+    for event in telemetry.events:
         yield json.dumps(event.to_json(), separators=(",", ":"))
 
 
-def write_history(history: History, out: IO[str]) -> int:
-    """Write ``history`` to ``out``; return the number of lines."""
+def write_telemetry(telemetry: Telemetry, out: IO[str]) -> int:
+    """Write ``telemetry`` to ``out``; return the number of lines."""
     count = 0
-    for line in history_lines(history):
+    for line in telemetry_lines(telemetry):
         out.write(line + "\n")
         count += 1
     return count
