@@ -19,7 +19,7 @@ from gpuforge.conformance import report
 from gpuforge.health import fleet
 from gpuforge.node import config, drift, output, record, state
 from gpuforge.textfile import Family, render, value_text
-from gpuforge.validate.result import Status
+from gpuforge.validate.result import CheckResult, Status
 
 
 def _promtool_check(text: str) -> subprocess.CompletedProcess[str]:
@@ -133,7 +133,7 @@ def test_every_producer_renders_what_promtool_reads() -> None:
         run=SimpleNamespace(state="partial", finished=1764650000.7),
     )
     streaks = {"gpu.xid": state.Streak(fails=3, latched=True, action="reboot")}
-    failed = (record.CheckRecord(check="gpu.xid", status=Status.FAIL, measured="1", expected="0"),)
+    failed = (CheckResult("", "gpu.xid", Status.FAIL, measured="1", expected="0"),)
     run = record.Record("gpu01", "passive", "t", 1.5, "fail", failed)
     node = output.metrics_text(
         run,

@@ -164,9 +164,9 @@ def verdict(result: NodeResult) -> NodeVerdict | None:
             [CheckResult(result.node, "conformance.result", Status.ERROR, message=result.why)],
         )
     checks = [
-        node_record.CheckRecord(check, Status(status), action or None)
+        CheckResult(result.node, check, Status(status), action=action)
         for check, status, action in result.failed
     ]
     if not checks:
-        checks = [node_record.CheckRecord(DRIFT_CHECK, Status.PASS)]
+        checks = [CheckResult(result.node, DRIFT_CHECK, Status.PASS)]
     return node_record.node_verdict(result.node, checks)

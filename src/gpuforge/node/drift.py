@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from gpuforge.node import filediff, record
 from gpuforge.textfile import Family, render
 from gpuforge.validate import checks
-from gpuforge.validate.result import Status
+from gpuforge.validate.result import CheckResult, Status
 
 #: Where the roles record the desired state.
 EXPECTED_DIR = Path("/etc/gpuforge/expected")
@@ -98,7 +98,7 @@ class DriftReport:
     compared: int = 0
     diffs: list[str] = field(default_factory=list)  # drifted files against their rendering
 
-    def check(self) -> record.CheckRecord:
+    def check(self) -> CheckResult:
         """The ``conformance.drift`` check of the record.
 
         fail when anything drifted (action ``quarantine``: re-run the roles, re-validate); error
@@ -112,25 +112,26 @@ class DriftReport:
                 f"{k}={sum(1 for i in self.items if i.kind == k)}" for k in kinds
             )
         elif self.errors or not self.roles:
-            status, action = "error", None
+            status, action = "error", ""
             measured = "not compared"
         else:
-            status, action = "pass", None
+            status, action = "pass", ""
             measured = f"{self.compared} item(s) as recorded"
-        detail = "; ".join(self.errors) if self.errors else ""
+        message = "; ".join(self.errors) if self.errors else ""
         if not self.roles:
-            detail = (detail + "; " if detail else "") + "no expected state recorded"
+            message = (message + "; " if message else "") + "no expected state recorded"
         evidence = "\n".join(
             f"{i.kind} {i.item}: desired {i.desired!r}, actual {i.actual!r}" for i in self.items
         )
         evidence = filediff.with_diffs(evidence, self.diffs)
-        return record.CheckRecord(
+        return CheckResult(
+            node="",
             check=CHECK,
             status=Status(status),
             action=action,
             measured=measured,
             expected="as the roles recorded in " + str(EXPECTED_DIR),
-            detail=record.clip(detail),
+            message=record.clip(message),
             evidence=evidence[: record.TEXT_MAX],
         )
 
@@ -598,11 +599,11 @@ def conformance_record(
     *,
     started: str,
     duration_s: float,
-    passive: Sequence[record.CheckRecord] = (),
+    passive: Sequence[CheckResult] = (),
     report: DriftReport,
     firmware_versions: Mapping[str, str],
     job_id: str | None = None,
-    extra: Sequence[record.CheckRecord] = (),
+    extra: Sequence[CheckResult] = (),
 ) -> dict[str, Any]:
     """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
 
@@ -612,7 +613,8 @@ def conformance_record(
     """
     if level not in LEVELS:
         raise ValueError(f"level: {level!r} is not one of {', '.join(LEVELS)}")
-    firmware = record.CheckRecord(
+    firmware = CheckResult(
+        node=node,
         check="conformance.firmware",
         status=Status.PASS if firmware_versions else Status.SKIP,
         measured=json.dumps(dict(sorted(firmware_versions.items()))),

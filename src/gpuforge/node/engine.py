@@ -31,8 +31,9 @@ from gpuforge.node import state as st
 from gpuforge.node.commands import Budget, Runner
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.probes import TIERS, Probe, UnavailableError, skip
-from gpuforge.node.record import CheckRecord, Record, Request, from_dict, verdict_of
+from gpuforge.node.record import Record, Request, from_dict, verdict_of
 from gpuforge.validate import catalogue
+from gpuforge.validate.result import CheckResult
 from gpuforge.validate.xid_catalogue import Action
 
 DISABLED = "disabled by config"
@@ -40,21 +41,22 @@ DISABLED = "disabled by config"
 CACHE_MAX_AGE_S = 3600.0
 
 
-def drains(action: str | None) -> bool:
-    """True for an action that takes the node out of service (``quarantine`` included)."""
+def drains(action: str) -> bool:
+    """True for an action that takes the node out of service (``quarantine`` included; none,
+    ``""``, does not)."""
     if action == "quarantine":
         return True
     try:
-        return action is not None and Action(action).drains
+        return Action(action).drains
     except ValueError:
         return False
 
 
 def hysteresis(
-    results: Sequence[CheckRecord], config: HealthConfig, state: st.State, *, update: bool
-) -> tuple[list[CheckRecord], Request | None]:
+    results: Sequence[CheckResult], config: HealthConfig, state: st.State, *, update: bool
+) -> tuple[list[CheckResult], Request | None]:
     """Apply the streaks to this run's results; the record's checks and the node's request."""
-    out: list[CheckRecord] = []
+    out: list[CheckResult] = []
     for r in results:
         c = config.check(r.check)
         s = state.streak(r.check)
@@ -169,7 +171,7 @@ def run_tier(
 REFUSED = ("refused", "held", "shadow")
 
 
-def prolog_consent(xid: CheckRecord, delivery: output.Delivery | None) -> int:
+def prolog_consent(xid: CheckResult, delivery: output.Delivery | None) -> int:
     """The prolog's exit for a new Xid that drains, once it has asked the collector (1 blocks).
 
     The prolog sent its record (with the drain request) before this: the collector's answer
@@ -194,7 +196,7 @@ def prolog_consent(xid: CheckRecord, delivery: output.Delivery | None) -> int:
 
 
 def _prolog_request(
-    checks: Sequence[CheckRecord], config: HealthConfig, state: st.State
+    checks: Sequence[CheckResult], config: HealthConfig, state: st.State
 ) -> Request | None:
     """The cached request (the passive tier's), or a drain for a new Xid that drains now."""
     xid = next((c for c in checks if c.check == "gpu.xid"), None)
@@ -204,7 +206,7 @@ def _prolog_request(
     return request_of(state) if latched else None
 
 
-def _blocks_now(check: CheckRecord, config: HealthConfig) -> bool:
+def _blocks_now(check: CheckResult, config: HealthConfig) -> bool:
     c = config.check(check.check)
     return (
         check.status == "fail"

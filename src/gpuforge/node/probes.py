@@ -1,6 +1,6 @@
 """The node's checks: gather with the node's own tools, judge with the validators' pure functions.
 
-Each check is a function ``(Probe) -> CheckRecord``. :class:`Probe` runs every tool at most once
+Each check is a function ``(Probe) -> CheckResult``. :class:`Probe` runs every tool at most once
 per run (``nvidia-smi -q -x`` serves four checks) and keeps what it gathered for the record
 (counters, events). The judgement is :mod:`gpuforge.validate.checks` /
 :mod:`~gpuforge.validate.flaps` / the Xid catalogue, with the names, thresholds and actions of the
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from gpuforge.errors import InputError
 from gpuforge.node import config as cfg
 from gpuforge.node.commands import Output, Runner, ToolError
-from gpuforge.node.record import TEXT_MAX, CheckRecord, NodeEvent, clip
+from gpuforge.node.record import TEXT_MAX, NodeEvent, clip
 from gpuforge.node.state import State
 from gpuforge.validate import catalogue, checks, flaps
 from gpuforge.validate.checks import JudgeOutcome
@@ -38,7 +38,7 @@ from gpuforge.validate.parsers import (
     xid,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import NvidiaSmiReport
-from gpuforge.validate.result import Status, excerpt
+from gpuforge.validate.result import CheckResult, Status, excerpt
 from gpuforge.validate.xid_catalogue import Action, lookup
 
 _T = TypeVar("_T")
@@ -68,16 +68,17 @@ class UnavailableError(Exception):
 
 def judged(
     check: str, outcome: JudgeOutcome, evidence: str, needles: Sequence[str] = ()
-) -> CheckRecord:
+) -> CheckResult:
     """A pure check's :class:`JudgeOutcome` as a result: a FAIL carries the outcome's own action,
     else the check catalogue's (:func:`gpuforge.validate.catalogue.action`).
 
     Only a result that is not a pass carries its evidence: 12,500 nodes send a record every
-    interval, and what explains a pass is its ``measured`` value.
+    interval, and what explains a pass is its ``measured`` value. Like every node-side result,
+    it leaves ``node`` empty: the record names the node.
     """
     if outcome.ok:
-        return CheckRecord(
-            check, Status.PASS, None, outcome.measured, outcome.expected, outcome.detail
+        return CheckResult(
+            "", check, Status.PASS, outcome.measured, outcome.expected, message=outcome.detail
         )
     status = Status.WARN if outcome.warn_only else Status.FAIL
     act = catalogue.result_action(check, ok=False, warn=outcome.warn_only, named=outcome.action)
@@ -85,7 +86,16 @@ def judged(
     # Cut the output around what the judgement names (a GPU's bus id, a port), not head/tail.
     named = sorted({m.group(0) for m in _NEEDLE.finditer(said)})
     kept = excerpt(evidence, [*named, *needles], TEXT_MAX)
-    return CheckRecord(check, status, act, outcome.measured, outcome.expected, outcome.detail, kept)
+    return CheckResult(
+        "",
+        check,
+        status,
+        outcome.measured,
+        outcome.expected,
+        evidence=kept,
+        message=outcome.detail,
+        action=act,
+    )
 
 
 _NEEDLE = re.compile(
@@ -93,14 +103,14 @@ _NEEDLE = re.compile(
 )
 
 
-def error(check: str, why: str, evidence: str = "") -> CheckRecord:
+def error(check: str, why: str, evidence: str = "") -> CheckResult:
     """The check could not run: ERROR (never drains)."""
-    return CheckRecord(check, Status.ERROR, None, None, None, why, clip(evidence))
+    return CheckResult("", check, Status.ERROR, evidence=clip(evidence), message=why)
 
 
-def skip(check: str, why: str) -> CheckRecord:
+def skip(check: str, why: str) -> CheckResult:
     """The check does not apply here (no expectation, disabled)."""
-    return CheckRecord(check, Status.SKIP, None, None, None, why)
+    return CheckResult("", check, Status.SKIP, message=why)
 
 
 @dataclass
@@ -286,7 +296,7 @@ def _short_pci(bus: str) -> str:
     return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else bus
 
 
-def guarded(check: str, body: Callable[[], CheckRecord]) -> CheckRecord:
+def guarded(check: str, body: Callable[[], CheckResult]) -> CheckResult:
     """Run ``body``; what it could not gather is this check's ERROR."""
     try:
         return body()
@@ -297,40 +307,40 @@ def guarded(check: str, body: Callable[[], CheckRecord]) -> CheckRecord:
 # --- GPU ------------------------------------------------------------------------------------
 
 
-def gpu_count(p: Probe) -> CheckRecord:
+def gpu_count(p: Probe) -> CheckResult:
     """As many GPUs as the node type declares (one missing: fallen off the bus -> reboot)."""
     want = p.config.expect.gpus
     if want is None:
         return skip("gpu.count", "expect.gpus not set")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         csv, ev = p.csv()
         return judged("gpu.count", checks.gpu_count(csv, want), ev)
 
     return guarded("gpu.count", body)
 
 
-def gpu_model(p: Probe) -> CheckRecord:
+def gpu_model(p: Probe) -> CheckResult:
     """Every GPU is the declared model."""
     want = p.config.expect.gpu_model
     if not want:
         return skip("gpu.model", "expect.gpu_model not set")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         csv, ev = p.csv()
         return judged("gpu.model", checks.gpu_models(csv, want), ev)
 
     return guarded("gpu.model", body)
 
 
-def gpu_xid(p: Probe, *, advance: bool) -> CheckRecord:
+def gpu_xid(p: Probe, *, advance: bool) -> CheckResult:
     """Xids since the last passive run, plus those kept until a reboot (sticky, :func:`_sticky`).
 
     ``advance``: this run moves the kernel-log cursor and the sticky list (the passive tier);
     the prolog and the epilog only look at what is newer than the cursor.
     """
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         boot_id, _ = p.boot()
         if p.state.boot_id != boot_id:
             # A reboot clears what the driver reported before it (every draining Xid's action
@@ -382,10 +392,10 @@ def _xid_events(p: Probe, report: xid.XidReport | None) -> None:
         )
 
 
-def gpu_ecc(p: Probe) -> CheckRecord:
+def gpu_ecc(p: Probe) -> CheckResult:
     """No uncorrectable ECC error since the driver loaded (catalogue action of Xid 48)."""
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         report, ev = p.xml()
         for i, g in enumerate(report.gpus):
             v = g.ecc_volatile
@@ -402,10 +412,10 @@ def gpu_ecc(p: Probe) -> CheckRecord:
     return guarded("gpu.ecc_uncorrectable", body)
 
 
-def gpu_row_remap(p: Probe) -> CheckRecord:
+def gpu_row_remap(p: Probe) -> CheckResult:
     """No pending row remap (Xid 63's action) and no remap failure (Xid 64's)."""
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         report, ev = p.xml()
         outcome = checks.row_remap_healthy(report)
         return judged(
@@ -418,13 +428,13 @@ def gpu_row_remap(p: Probe) -> CheckRecord:
     return guarded("gpu.row_remap", body)
 
 
-def gpu_nvlink(p: Probe) -> CheckRecord:
+def gpu_nvlink(p: Probe) -> CheckResult:
     """Every GPU has its declared NVLink links up (Xid 74's action when not)."""
     links = p.config.expect.nvlink_links_per_gpu
     if not links:
         return skip("gpu.nvlink", "expect.nvlink_links_per_gpu not set (no NVLink declared)")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         out = p.output(NVLINK)
         status = p._once("nvlink", lambda: nvlink.parse(out.stdout))
         gpus = p.config.expect.gpus or len(status.gpus)
@@ -434,10 +444,10 @@ def gpu_nvlink(p: Probe) -> CheckRecord:
     return guarded("gpu.nvlink", body)
 
 
-def gpu_pcie(p: Probe) -> CheckRecord:
+def gpu_pcie(p: Probe) -> CheckResult:
     """Every GPU's PCIe link at the declared generation and width (a reseat when not)."""
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         report, ev = p.xml()
         e = p.config.expect
         outcome = checks.pcie_link(report, gen=e.pcie_gen, width=e.pcie_width)
@@ -446,10 +456,10 @@ def gpu_pcie(p: Probe) -> CheckRecord:
     return guarded("gpu.pcie_link", body)
 
 
-def gpu_throttle(p: Probe) -> CheckRecord:
+def gpu_throttle(p: Probe) -> CheckResult:
     """No clock event reason but idle, application clocks or power cap (thermal, HW slowdown)."""
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         report, ev = p.xml()
         return judged("gpu.throttle", checks.no_throttling(report), ev)
 
@@ -463,13 +473,13 @@ def _rails(p: Probe, layer: str | None = None) -> list[cfg.Rail]:
     return [r for r in p.config.expect.rails if layer is None or r.link_layer == layer]
 
 
-def fabric_port(p: Probe) -> CheckRecord:
+def fabric_port(p: Probe) -> CheckResult:
     """Each rail's port Active/LinkUp at its rate and link layer (``ibstat``)."""
     rails = _rails(p)
     if not rails:
         return skip("fabric.port", "no rail declared")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         out = p.output(IBSTAT)
         report = p._once("ibstat", lambda: ibstat.parse(out.stdout))
         specs = [{"device": r.device, "rate_gbps": r.rate_gbps or 0} for r in rails]
@@ -483,7 +493,7 @@ def fabric_port(p: Probe) -> CheckRecord:
     return guarded("fabric.port", body)
 
 
-def _combine(check: str, parts: Sequence[tuple[str, JudgeOutcome]], evidence: str) -> CheckRecord:
+def _combine(check: str, parts: Sequence[tuple[str, JudgeOutcome]], evidence: str) -> CheckResult:
     bad = [(name, o) for name, o in parts if not o.ok and not o.warn_only]
     warn = [(name, o) for name, o in parts if not o.ok and o.warn_only]
     measured = "; ".join(f"{name}: {o.measured}" for name, o in parts)
@@ -494,13 +504,13 @@ def _combine(check: str, parts: Sequence[tuple[str, JudgeOutcome]], evidence: st
     return judged(check, outcome, evidence)
 
 
-def fabric_mtu(p: Probe) -> CheckRecord:
+def fabric_mtu(p: Probe) -> CheckResult:
     """Each rail's netdev MTU as declared (``<sysfs_root>/class/net/<netdev>/mtu``)."""
     rails = [r for r in _rails(p) if r.mtu and r.netdev]
     if not rails:
         return skip("fabric.mtu", "no rail declares an mtu and a netdev")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         parts = []
         seen = []
         for r in rails:
@@ -527,7 +537,7 @@ def _window_delta(p: Probe, key: str, value: float, window_s: float) -> float:
     return value - base
 
 
-def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckRecord:
+def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckResult:
     """IB port error counters' growth within ``window_s`` against per-counter maxima."""
     rails = _rails(p, "InfiniBand")
     if not rails:
@@ -536,7 +546,7 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckRecord:
     window = float(params["window_s"])
     maxima: Mapping[str, int] = params["max"]
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         deltas: dict[str, float] = {}
         for r in rails:
             for name in cfg.COUNTER_NAMES:
@@ -555,14 +565,14 @@ def fabric_counters(p: Probe, *, record_samples: bool = True) -> CheckRecord:
     return guarded("fabric.counters", body)
 
 
-def fabric_flaps(p: Probe) -> CheckRecord:
+def fabric_flaps(p: Probe) -> CheckResult:
     """Per rail: down/up cycles within ``window_h`` (flap), a port down longer than ``down_s``."""
     rails = [r for r in _rails(p) if r.netdev]
     if not rails:
         return skip("fabric.flaps", "no rail declares a netdev")
     params = p.config.check("fabric.flaps").params
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         _, boot = p.boot()
         events = link_events.parse(p.kernel_log(), now=p.now, boot=boot)
         parts = []
@@ -586,14 +596,14 @@ def fabric_flaps(p: Probe) -> CheckRecord:
 _PAUSE = re.compile(r"^\s*(?:rx|tx)_prio\d_pause:\s*(\d+)\s*$", re.MULTILINE)
 
 
-def fabric_roce_pfc(p: Probe) -> CheckRecord:
+def fabric_roce_pfc(p: Probe) -> CheckResult:
     """RoCE rails: PFC pause frames (``ethtool -S``) within ``window_s`` against ``max_pause``."""
     rails = [r for r in _rails(p, "Ethernet") if r.netdev]
     if not rails:
         return skip("fabric.roce_pfc", "no RoCE rail with a netdev declared")
     params = p.config.check("fabric.roce_pfc").params
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         deltas: dict[str, float] = {}
         evidence = []
         for r in rails:
@@ -635,13 +645,13 @@ def _ecn_counters(p: Probe, rail: cfg.Rail) -> None:
 # --- software ---------------------------------------------------------------------------------
 
 
-def software_versions(p: Probe) -> CheckRecord:
+def software_versions(p: Probe) -> CheckResult:
     """Installed versions against the pins (driver from nvidia-smi, the rest from dpkg)."""
     pins = p.config.expect.versions
     if not pins:
         return skip("software.versions", "expect.versions not set")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         measured: dict[str, str | None] = {}
         evidence = []
         if "driver" in pins:
@@ -666,13 +676,13 @@ def _systemctl(services: Sequence[str]) -> list[str]:
     return ["systemctl", "is-active", *services]
 
 
-def software_services(p: Probe) -> CheckRecord:
+def software_services(p: Probe) -> CheckResult:
     """Every declared service active (``systemctl is-active``)."""
     services = p.config.expect.services
     if not services:
         return skip("software.services", "expect.services not set")
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         # is-active exits 3 when a unit is inactive: an answer, not a failure to run.
         out = p.output(_systemctl(services), ok=SYSTEMCTL_OK)
         states = [s.strip() for s in out.stdout.splitlines() if s.strip()]
@@ -694,12 +704,12 @@ def software_services(p: Probe) -> CheckRecord:
 DCGM_BUDGET_S = {1: 60.0, 2: 900.0}
 
 
-def gpu_dcgm_diag(p: Probe, level: int = 1) -> CheckRecord:
+def gpu_dcgm_diag(p: Probe, level: int = 1) -> CheckResult:
     """``dcgmi diag -r <level> -j``: any failed test fails, with the action the check catalogue
     gives what failed (:func:`gpuforge.validate.checks.dcgm_diag_passed`, the acceptance
     burn-in's judge too); warnings alone WARN."""
 
-    def body() -> CheckRecord:
+    def body() -> CheckResult:
         # dcgmi exits non-zero when a test fails: the JSON says which.
         out = p.output(["dcgmi", "diag", "-r", str(level), "-j"], ok=tuple(range(256)))
         diag = p._once(f"dcgmi-{level}", lambda: dcgmi.parse(out.stdout or out.stderr))
@@ -712,7 +722,7 @@ def gpu_dcgm_diag(p: Probe, level: int = 1) -> CheckRecord:
 
 
 #: The checks of each tier, in run order (cheap and decisive first).
-PASSIVE: dict[str, Callable[[Probe], CheckRecord]] = {
+PASSIVE: dict[str, Callable[[Probe], CheckResult]] = {
     "gpu.count": gpu_count,
     "gpu.model": gpu_model,
     "gpu.xid": lambda p: gpu_xid(p, advance=True),
@@ -729,11 +739,11 @@ PASSIVE: dict[str, Callable[[Probe], CheckRecord]] = {
     "software.versions": software_versions,
     "software.services": software_services,
 }
-PROLOG: dict[str, Callable[[Probe], CheckRecord]] = {
+PROLOG: dict[str, Callable[[Probe], CheckResult]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "fabric.counters": lambda p: fabric_counters(p, record_samples=False),
 }
-EPILOG: dict[str, Callable[[Probe], CheckRecord]] = {
+EPILOG: dict[str, Callable[[Probe], CheckResult]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),
     "gpu.ecc_uncorrectable": gpu_ecc,
     "gpu.row_remap": gpu_row_remap,

@@ -20,11 +20,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuforge.errors import InputError
-from gpuforge.validate.result import CheckResult, NodeVerdict, Status, decide
+from gpuforge.validate.result import (
+    CheckResult,
+    Measured,
+    NodeVerdict,
+    Status,
+    bound_evidence,
+    decide,
+)
 from gpuforge.validate.xid_catalogue import Action
 
 SCHEMA = "gpuforge.record/1"
@@ -41,56 +48,21 @@ DRIFT_KINDS = ("package", "file", "sysctl", "module", "service", "limit", "slurm
 #: Longest text field kept in a record (evidence, detail): a record stays small on the wire.
 TEXT_MAX = 2000
 
-Scalar = str | int | float | bool | None
 
-
-@dataclass(frozen=True, slots=True)
-class CheckRecord:
-    """One check's outcome in one run: what every node-side check returns (before hysteresis,
-    ``streak`` 1), what the record carries and what the controller judges
-    (:func:`node_verdict`). ``status`` is :class:`~gpuforge.validate.result.Status`, the one
-    vocabulary of the acceptance levels too."""
-
-    check: str
-    status: Status
-    action: str | None = None
-    measured: Scalar = None
-    expected: Scalar = None
-    detail: str = ""
-    evidence: str = ""
-    shadow: bool = False
-    #: Consecutive runs with this status (the hysteresis counter the request was computed from).
-    streak: int = 1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "status", Status(self.status))
-
-    def to_result(self, node: str) -> CheckResult:
-        """The acceptance levels' form of this outcome (a FAIL keeps its action, else none)."""
-        return CheckResult(
-            node,
-            self.check,
-            self.status,
-            measured=self.measured,
-            expected=self.expected,
-            evidence=self.evidence,
-            message=self.detail,
-            action=(self.action or "") if self.status is Status.FAIL else "",
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "check": self.check,
-            "status": self.status.value,
-            "action": self.action,
-            "measured": self.measured,
-            "expected": self.expected,
-            "detail": self.detail,
-            "evidence": self.evidence,
-            "shadow": self.shadow,
-            "streak": self.streak,
-        }
+def check_dict(c: CheckResult) -> dict[str, Any]:
+    """One check of a record in the record's JSON form: no node (the record names it), the
+    result's ``message`` as ``detail``, no action as ``null``."""
+    return {
+        "check": c.check,
+        "status": c.status.value,
+        "action": c.action or None,
+        "measured": c.measured,
+        "expected": c.expected,
+        "detail": c.message,
+        "evidence": c.evidence,
+        "shadow": c.shadow,
+        "streak": c.streak,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +124,19 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One run of the node checker (or of the conformance task)."""
+    """One run of the node checker (or of the conformance task).
+
+    ``checks``: each check's :class:`~gpuforge.validate.result.CheckResult` (``streak`` and
+    ``shadow`` set by the hysteresis); a check built on the node without its node's name
+    (``node=""``) gets the record's.
+    """
 
     node: str
     tier: str
     started: str
     duration_s: float
     verdict: str
-    checks: tuple[CheckRecord, ...] = ()
+    checks: tuple[CheckResult, ...] = ()
     level: str | None = None
     job_id: str | None = None
     config_digest: str | None = None
@@ -168,6 +145,11 @@ class Record:
     drift: tuple[Drift, ...] = ()
     request: Request | None = None
     schema: str = SCHEMA
+
+    def __post_init__(self) -> None:
+        if any(not c.node for c in self.checks):
+            named = tuple(c if c.node else replace(c, node=self.node) for c in self.checks)
+            object.__setattr__(self, "checks", named)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema :data:`SCHEMA`)."""
@@ -181,7 +163,7 @@ class Record:
             "job_id": self.job_id,
             "config_digest": self.config_digest,
             "verdict": self.verdict,
-            "checks": [c.to_dict() for c in self.checks],
+            "checks": [check_dict(c) for c in self.checks],
             "counters": dict(self.counters),
             "events": [e.to_dict() for e in self.events],
             "drift": [d.to_dict() for d in self.drift],
@@ -192,13 +174,13 @@ class Record:
         """One line of JSON (keys in schema order)."""
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
-    def check(self, name: str) -> CheckRecord | None:
+    def check(self, name: str) -> CheckResult | None:
         """The outcome of check ``name`` in this run, or None when it did not run."""
         return next((c for c in self.checks if c.check == name), None)
 
 
 def node_verdict(
-    node: str, checks: Iterable[CheckRecord], *, first: str | None = None
+    node: str, checks: Iterable[CheckResult], *, first: str | None = None
 ) -> NodeVerdict:
     """The admission verdict of ``node``'s checks: the one way from a record to the
     :class:`~gpuforge.validate.result.NodeVerdict` that :class:`~gpuforge.admission.Admission`
@@ -208,13 +190,26 @@ def node_verdict(
     the acceptance levels' (:func:`~gpuforge.validate.result.decide`: a FAIL quarantines with its
     catalogue action, an ERROR holds, else admit). ``first``: the check the node asked to be
     drained for, named first in the reasons and the results (the drain reason carries it).
+
+    The verdict's results are ``node``'s, as one run's facts: a FAIL keeps its action (a WARN's
+    ``monitor`` is dropped), and the record's hysteresis (``shadow``, ``streak``) is left out.
     """
     counted = [c for c in checks if not c.shadow or c.check == first]
     counted.sort(key=lambda c: c.check != first)  # stable: the rest keep their order
-    return decide(node, [c.to_result(node) for c in counted])
+    results = [
+        replace(
+            c,
+            node=node,
+            action=c.action if c.status is Status.FAIL else "",
+            shadow=False,
+            streak=1,
+        )
+        for c in counted
+    ]
+    return decide(node, results)
 
 
-def verdict_of(checks: Sequence[CheckRecord]) -> str:
+def verdict_of(checks: Sequence[CheckResult]) -> str:
     """The worst status among non-shadow, non-skipped checks (pass < warn < error < fail)."""
     worst = "pass"
     for c in checks:
@@ -226,13 +221,9 @@ def verdict_of(checks: Sequence[CheckRecord]) -> str:
 
 
 def clip(text: str, limit: int = TEXT_MAX) -> str:
-    """``text`` cut to ``limit`` characters, keeping its head and its tail."""
-    if len(text) <= limit:
-        return text
-    marker = f"\n[... {len(text) - limit} characters elided ...]\n"
-    keep = max(limit - len(marker), 0)
-    head = keep // 3
-    return text[:head] + marker + text[len(text) - (keep - head) :]
+    """``text`` cut to ``limit`` characters, keeping its head and its tail
+    (:func:`~gpuforge.validate.result.bound_evidence`)."""
+    return bound_evidence(text, limit)
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -338,7 +329,7 @@ class _Reader:
             raise self.fail(_join(where, key), "must be true or false")
         return value
 
-    def scalar(self, data: Mapping[str, Any], key: str, where: str) -> Scalar:
+    def scalar(self, data: Mapping[str, Any], key: str, where: str) -> Measured:
         value = data.get(key)
         if value is not None and not isinstance(value, str | int | float | bool):
             raise self.fail(_join(where, key), "must be a string, number, boolean or null")
@@ -386,7 +377,10 @@ def from_dict(data: object, source: str = "record") -> Record:
     )
     if d["schema"] != SCHEMA:
         raise r.fail("schema", f"must be {SCHEMA!r} (got {d['schema']!r})")
-    checks = tuple(_check(r, raw, f"checks[{i}]") for i, raw in enumerate(r.array(d, "checks", "")))
+    node = r.req_text(d, "node", "")
+    checks = tuple(
+        _check(r, raw, f"checks[{i}]", node) for i, raw in enumerate(r.array(d, "checks", ""))
+    )
     counters = d.get("counters", {})
     if not isinstance(counters, dict):
         raise r.fail("counters", "must be an object of numbers")
@@ -405,7 +399,7 @@ def from_dict(data: object, source: str = "record") -> Record:
     tier = r.choice(d, "tier", "", TIERS)
     assert tier is not None  # noqa: S101
     return Record(
-        node=r.req_text(d, "node", ""),
+        node=node,
         tier=tier,
         level=r.text(d, "level", "", null=True),
         started=r.req_text(d, "started", ""),
@@ -428,19 +422,21 @@ def _job_id(r: _Reader, d: Mapping[str, Any]) -> str | None:
     return r.text(d, "job_id", "", null=True)
 
 
-def _check(r: _Reader, raw: object, where: str) -> CheckRecord:
+def _check(r: _Reader, raw: object, where: str, node: str) -> CheckResult:
+    """One check of ``node``'s record."""
     d = r.obj(raw, where, _CHECK_KEYS, ("check", "status"))
     status = r.choice(d, "status", where, tuple(s.value for s in Status))
     assert status is not None  # noqa: S101
     streak = r.integer(d, "streak", where, minimum=0, default=1)
     assert streak is not None  # noqa: S101
-    return CheckRecord(
+    return CheckResult(
+        node=node,
         check=r.req_text(d, "check", where),
         status=Status(status),
-        action=r.choice(d, "action", where, ACTIONS, null=True),
+        action=r.choice(d, "action", where, ACTIONS, null=True) or "",
         measured=r.scalar(d, "measured", where),
         expected=r.scalar(d, "expected", where),
-        detail=r.text(d, "detail", where, null=True) or "",
+        message=r.text(d, "detail", where, null=True) or "",
         evidence=r.text(d, "evidence", where, null=True) or "",
         shadow=r.flag(d, "shadow", where, False),
         streak=streak,
@@ -487,9 +483,10 @@ def _drains(action: str) -> bool:
     return action == "quarantine" or Action(action).drains
 
 
-def checks_of(raw: Mapping[str, Any]) -> tuple[CheckRecord, ...]:
+def checks_of(raw: Mapping[str, Any]) -> tuple[CheckResult, ...]:
     """The checks of a decoded record the collector already took, leniently: an entry without
     a name is skipped, a status outside the vocabulary reads as ``error`` (never drains)."""
+    node = str(raw.get("node") or "")
     out = []
     for c in raw.get("checks") or []:
         if not isinstance(c, Mapping) or not c.get("check"):
@@ -500,13 +497,14 @@ def checks_of(raw: Mapping[str, Any]) -> tuple[CheckRecord, ...]:
             status = Status.ERROR
         action = c.get("action")
         out.append(
-            CheckRecord(
+            CheckResult(
+                node=node,
                 check=str(c["check"]),
                 status=status,
-                action=str(action) if action else None,
+                action=str(action) if action else "",
                 measured=c.get("measured"),
                 expected=c.get("expected"),
-                detail=str(c.get("detail") or ""),
+                message=str(c.get("detail") or ""),
                 evidence=str(c.get("evidence") or ""),
                 shadow=bool(c.get("shadow", False)),
             )

@@ -1,8 +1,10 @@
-"""The result model every validation level produces, and the verdict rules built on it.
+"""The result model every check produces, and the verdict rules built on it.
 
 A :class:`CheckResult` is one fact about one node (``node`` x ``check``), with the measured value,
 the expectation and a bounded excerpt of the raw output. :func:`decide` turns a node's results into
-a :class:`NodeVerdict`; :class:`BatchSummary` holds a whole validation run and its exit code.
+a :class:`NodeVerdict`; :class:`BatchSummary` holds a whole validation run and its exit code. The
+acceptance levels, the node checker's tiers and nightly conformance all produce it (the health
+record, :mod:`gpuforge.node.record`, carries it from the node to the collector).
 
 Verdict rules (see docs/validation.md):
 
@@ -118,7 +120,12 @@ def _join_kept(lines: list[str], keep: list[int]) -> str:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One fact about one node: what was measured, what was expected, and the raw evidence."""
+    """One fact about one node: what was measured, what was expected, and the raw evidence.
+
+    The one result type of every path: the acceptance levels, the node checker's tiers and
+    nightly conformance. The node checker builds its results with ``node=""`` (the health
+    record, :class:`gpuforge.node.record.Record`, names its node once and fills it in).
+    """
 
     node: str
     check: str
@@ -132,6 +139,10 @@ class CheckResult:
     #: The catalogue action the result calls for (``reboot`` on a ``fail``, ``monitor`` on a
     #: ``warn``; docs/health.md); empty: none named (a failure then means ``quarantine``).
     action: str = ""
+    #: The node tiers' shadow mode: reported, never counted in a verdict or a drain.
+    shadow: bool = False
+    #: Consecutive runs with this status (the node checker's hysteresis counter; 1 elsewhere).
+    streak: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -152,6 +163,8 @@ class CheckResult:
             "tier": self.level.value,
             "message": self.message,
             **({"action": self.action} if self.action else {}),
+            **({"shadow": True} if self.shadow else {}),
+            **({"streak": self.streak} if self.streak != 1 else {}),
         }
 
     @classmethod

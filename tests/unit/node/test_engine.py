@@ -7,7 +7,8 @@ from pathlib import Path
 from gpuforge.node import config as cfg
 from gpuforge.node import engine
 from gpuforge.node import state as st
-from gpuforge.node.record import CheckRecord, Request, verdict_of
+from gpuforge.node.record import Request, verdict_of
+from gpuforge.validate.result import CheckResult
 
 
 def _config(extra: str = "") -> cfg.HealthConfig:
@@ -15,15 +16,17 @@ def _config(extra: str = "") -> cfg.HealthConfig:
 
 
 def _run(
-    config: cfg.HealthConfig, state: st.State, *results: CheckRecord
+    config: cfg.HealthConfig, state: st.State, *results: CheckResult
 ) -> tuple[list[str], Request | None]:
     checks, request = engine.hysteresis(list(results), config, state, update=True)
     return [f"{c.check}:{c.status}:{c.streak}" for c in checks], request
 
 
-FAIL = CheckRecord("fabric.counters", "fail", "inspect", "ib/mlx5_0/1/symbol_error +50 > 10")
-PASS = CheckRecord("fabric.counters", "pass")
-ERROR = CheckRecord("fabric.counters", "error", detail="counters absent")
+FAIL = CheckResult(
+    "", "fabric.counters", "fail", "ib/mlx5_0/1/symbol_error +50 > 10", action="inspect"
+)
+PASS = CheckResult("", "fabric.counters", "pass")
+ERROR = CheckResult("", "fabric.counters", "error", message="counters absent")
 
 
 def test_fail_after_two_needs_two_consecutive_fails() -> None:
@@ -63,7 +66,7 @@ def test_pass_after_three_then_resume_until_answered() -> None:
 def test_shadow_check_is_recorded_but_never_drains_nor_counts() -> None:
     config = _config("checks:\n  gpu.xid: {shadow: true}\n")
     state = st.State()
-    xid = CheckRecord("gpu.xid", "fail", "reboot", "79@0000:91:00=reboot")
+    xid = CheckResult("", "gpu.xid", "fail", "79@0000:91:00=reboot", action="reboot")
     checks, request = engine.hysteresis([xid], config, state, update=True)
     assert request is None
     assert checks[0].shadow is True
@@ -73,10 +76,12 @@ def test_shadow_check_is_recorded_but_never_drains_nor_counts() -> None:
 
 def test_kill_switch_drops_a_latched_drain() -> None:
     state = st.State()
-    xid = CheckRecord("gpu.xid", "fail", "reboot")
+    xid = CheckResult("", "gpu.xid", "fail", action="reboot")
     assert _run(_config(), state, xid)[1] == Request("drain", "gpu.xid", "reboot", 0)
     killed = _config("checks:\n  gpu.xid: {enabled: false}\n")
-    checks, request = _run(killed, state, CheckRecord("gpu.xid", "skip", detail=engine.DISABLED))
+    checks, request = _run(
+        killed, state, CheckResult("", "gpu.xid", "skip", message=engine.DISABLED)
+    )
     assert request == Request("resume")
     assert checks == ["gpu.xid:skip:0"]
 
@@ -87,16 +92,16 @@ def test_strongest_action_leads_the_drain_request() -> None:
     _, request = _run(
         config,
         state,
-        CheckRecord("software.versions", "fail", "quarantine"),
-        CheckRecord("gpu.xid", "fail", "reboot"),
-        CheckRecord("gpu.model", "fail", "inspect"),
+        CheckResult("", "software.versions", "fail", action="quarantine"),
+        CheckResult("", "gpu.xid", "fail", action="reboot"),
+        CheckResult("", "gpu.model", "fail", action="inspect"),
     )
     assert request == Request("drain", "gpu.model", "inspect", 2)
 
 
 def test_warn_and_monitor_never_drain() -> None:
     state = st.State()
-    _, request = _run(_config(), state, CheckRecord("gpu.xid", "warn", "monitor"))
+    _, request = _run(_config(), state, CheckResult("", "gpu.xid", "warn", action="monitor"))
     assert request is None
 
 
@@ -120,7 +125,7 @@ def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: P
     from datetime import UTC, datetime, timedelta  # noqa: PLC0415
 
     from gpuforge.node import output  # noqa: PLC0415
-    from gpuforge.node.record import CheckRecord, Record  # noqa: PLC0415
+    from gpuforge.node.record import Record  # noqa: PLC0415
 
     config = cfg.parse(f"version: 1\nnode: gpu01\nstate_dir: {tmp_path}\n")
     started = datetime(2026, 11, 30, 19, 0, tzinfo=UTC)
@@ -130,7 +135,7 @@ def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: P
         started="2026-11-30T19:00:00Z",
         duration_s=1.0,
         verdict="fail",
-        checks=(CheckRecord("fabric.port", "fail", "inspect", streak=2),),
+        checks=(CheckResult("", "fabric.port", "fail", action="inspect", streak=2),),
         request=Request("drain", "fabric.port", "inspect", 0),
     )
     output.write_last(config, passive)
@@ -152,7 +157,8 @@ def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: P
 def test_no_resume_while_another_check_fails_below_its_threshold() -> None:
     config = _config()  # gpu.xid: fail_after 1; fabric.counters: fail_after 2
     state = st.State()
-    xid_fail, xid_pass = CheckRecord("gpu.xid", "fail", "reboot"), CheckRecord("gpu.xid", "pass")
+    xid_fail = CheckResult("", "gpu.xid", "fail", action="reboot")
+    xid_pass = CheckResult("", "gpu.xid", "pass")
     assert _run(config, state, xid_fail, PASS)[1] == Request("drain", "gpu.xid", "reboot", 0)
     # The Xid is gone (say, after the reboot), but the counters fail once: not latched, yet the
     # node must not ask to return with a failing check.

@@ -36,7 +36,7 @@ def _others() -> list[str]:
     return [name for name in CHECKS if name != "gpu.xid"]
 
 
-def _xid(node: SimNode) -> tuple[str, str | None, str]:
+def _xid(node: SimNode) -> tuple[str, str, str]:
     out = node.run()
     got = out.record.check("gpu.xid")
     assert got is not None
@@ -48,20 +48,20 @@ def test_cursor_sees_each_line_once_and_reboot_xids_stay_until_reboot(tmp_path: 
     node, log = _node(tmp_path)
     log.write_text("\n".join(XID13[:3]) + "\n")
     assert _xid(node) == ("warn", "monitor", "-")  # application Xid 13: the job's fault
-    assert _xid(node) == ("pass", None, "-")  # the same lines again: already judged
+    assert _xid(node) == ("pass", "", "-")  # the same lines again: already judged
     log.write_text("\n".join(XID13[:3] + XID79) + "\n")
     assert _xid(node) == ("fail", "reboot", "drain")
     assert _xid(node) == ("fail", "reboot", "drain")  # nothing new, still broken until reboot
     node.set_boot("boot-2", uptime=60.0)
     log.write_text("")
-    assert _xid(node) == ("pass", None, "resume")
+    assert _xid(node) == ("pass", "", "resume")
 
 
 def test_a_reset_gpu_xid_is_judged_once(tmp_path: Path) -> None:
     node, log = _node(tmp_path)
     log.write_text("\n".join(XID95) + "\n")
     assert _xid(node) == ("fail", "reset_gpu", "drain")
-    assert _xid(node) == ("pass", None, "resume")
+    assert _xid(node) == ("pass", "", "resume")
 
 
 def test_a_whole_real_log_is_judged_by_the_catalogue(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_a_whole_real_log_is_judged_by_the_catalogue(tmp_path: Path) -> None:
     assert got is not None
     assert (got.status, got.action) == ("warn", "monitor")
     assert {e.code for e in out.record.events} == {13, 43}
-    disabled = {c.check for c in out.record.checks if c.detail == "disabled by config"}
+    disabled = {c.check for c in out.record.checks if c.message == "disabled by config"}
     assert disabled == set(_others()) - {"gpu.dcgm_diag"}  # an epilog check
 
 
@@ -93,4 +93,4 @@ def test_the_journal_when_dmesg_is_not_readable(tmp_path: Path) -> None:
     node.remove_tool("journalctl")
     node.set_boot("boot-2", uptime=60.0)
     status, action, _ = _xid(node)
-    assert (status, action) == ("error", None)
+    assert (status, action) == ("error", "")

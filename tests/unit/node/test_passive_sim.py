@@ -19,7 +19,9 @@ def test_clean_node_passes_every_check(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     out = node.run()
     bad = {
-        c.check: (c.status, c.detail) for c in out.record.checks if c.status not in ("pass", "skip")
+        c.check: (c.status, c.message)
+        for c in out.record.checks
+        if c.status not in ("pass", "skip")
     }
     assert bad == {}
     assert out.record.verdict == "pass"
@@ -54,9 +56,9 @@ EXPECT_A = {
     "gpu.pcie_link": ("fail", "inspect"),
     "fabric.port": ("fail", "inspect"),
     "fabric.flaps": ("fail", "inspect"),
-    "gpu.count": ("pass", None),
-    "fabric.counters": ("pass", None),
-    "software.versions": ("pass", None),
+    "gpu.count": ("pass", ""),
+    "fabric.counters": ("pass", ""),
+    "software.versions": ("pass", ""),
 }
 NODE_B = [
     {"kind": "gpu_missing", "gpu": 3},
@@ -73,7 +75,7 @@ NODE_C = [{"kind": "row_remap_failure", "gpu": 2}, {"kind": "xid", "gpu": 4, "co
 EXPECT_C = {
     "gpu.row_remap": ("fail", "reset_gpu"),
     "gpu.xid": ("fail", "reset_gpu"),  # 13 alone warns; the remap failure's Xid 64 fails
-    "gpu.count": ("pass", None),
+    "gpu.count": ("pass", ""),
 }
 
 
@@ -81,7 +83,7 @@ EXPECT_C = {
     ("faults", "expect"), [(NODE_A, EXPECT_A), (NODE_B, EXPECT_B), (NODE_C, EXPECT_C)]
 )
 def test_each_fault_fails_its_check_with_its_action(
-    tmp_path: Path, faults: list[dict[str, Any]], expect: dict[str, tuple[str, str | None]]
+    tmp_path: Path, faults: list[dict[str, Any]], expect: dict[str, tuple[str, str]]
 ) -> None:
     out = SimNode(tmp_path, faults).run()
     got = {c.check: (c.status, c.action) for c in out.record.checks}
@@ -110,7 +112,7 @@ def test_a_stopped_service_fails(tmp_path: Path) -> None:
     got = node.run().record.check("software.services")
     assert got is not None
     assert (got.status, got.action) == ("fail", "reboot")
-    assert "nvidia-fabricmanager failed" in got.detail
+    assert "nvidia-fabricmanager failed" in got.message
 
 
 def test_a_version_off_its_pin_and_a_missing_package_fail(tmp_path: Path) -> None:
@@ -122,9 +124,9 @@ def test_a_version_off_its_pin_and_a_missing_package_fail(tmp_path: Path) -> Non
     got = node.run().record.check("software.versions")
     assert got is not None
     assert got.status == "fail"
-    assert "nccl 2.21.5-1+cuda12.4 != 2.26.2" in got.detail
-    assert "slurm absent != 22.05" in got.detail
-    assert "driver 550.54.15 != 570.133.20" in got.detail
+    assert "nccl 2.21.5-1+cuda12.4 != 2.26.2" in got.message
+    assert "slurm absent != 22.05" in got.message
+    assert "driver 550.54.15 != 570.133.20" in got.message
 
 
 def test_mtu_below_the_declared_one_fails(tmp_path: Path) -> None:
@@ -172,8 +174,8 @@ def test_a_missing_tool_is_error_never_fail(tmp_path: Path, tool: str) -> None:
     assert errors, "a missing tool must show as ERROR"
     for c in out.record.checks:
         if c.status == "error":
-            assert "not installed" in c.detail
-            assert c.action is None
+            assert "not installed" in c.message
+            assert c.action == ""
     if tool != "ibstat":
         assert out.record.check("fabric.port").status == "fail"  # type: ignore[union-attr]
 
@@ -185,7 +187,7 @@ def test_missing_counters_are_error(tmp_path: Path) -> None:
     got = node.run().record.check("fabric.counters")
     assert got is not None
     assert got.status == "error"
-    assert "port_rcv_errors" in got.detail
+    assert "port_rcv_errors" in got.message
 
 
 def test_a_hanging_tool_times_out_inside_the_budget(tmp_path: Path) -> None:
@@ -198,7 +200,7 @@ def test_a_hanging_tool_times_out_inside_the_budget(tmp_path: Path) -> None:
     got = out.record.check("fabric.port")
     assert got is not None
     assert got.status == "error"
-    assert "timed out" in got.detail
+    assert "timed out" in got.message
     assert out.record.duration_s < 5
 
 

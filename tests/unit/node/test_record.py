@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gpuforge.errors import InputError
 from gpuforge.node import record as rec
+from gpuforge.validate.result import CheckResult
 
 
 def _record() -> rec.Record:
     checks = (
-        rec.CheckRecord(
-            "gpu.xid", "fail", "reboot", "79@PCI:0000:91:00=reboot", "no hardware Xid", streak=1
+        CheckResult(
+            "", "gpu.xid", "fail", "79@PCI:0000:91:00=reboot", "no hardware Xid", action="reboot"
         ),
-        rec.CheckRecord("fabric.counters", "error", None, None, None, "counters absent"),
-        rec.CheckRecord("gpu.throttle", "warn", "monitor", shadow=True),
+        CheckResult("", "fabric.counters", "error", message="counters absent"),
+        CheckResult("", "gpu.throttle", "warn", action="monitor", shadow=True),
     )
     return rec.Record(
         node="gpu01",
@@ -41,6 +43,47 @@ def test_round_trip() -> None:
     assert list(data) == list(rec._RECORD_KEYS)
 
 
+def test_checks_carry_the_record_node_and_the_wire_form_is_unchanged() -> None:
+    r = _record()
+    assert {c.node for c in r.checks} == {"gpu01"}  # built on the node with node=""
+    data = json.loads(r.to_json())
+    assert data["checks"][1] == {
+        "check": "fabric.counters",
+        "status": "error",
+        "action": None,
+        "measured": None,
+        "expected": None,
+        "detail": "counters absent",
+        "evidence": "",
+        "shadow": False,
+        "streak": 1,
+    }
+    back = rec.from_json(r.to_json())
+    assert back.checks[1].message == "counters absent" and back.checks[1].action == ""
+    assert rec.checks_of(data)[0] == replace(back.checks[0], streak=1)
+
+
+def test_node_verdict_keeps_a_fail_action_only_and_no_hysteresis() -> None:
+    checks = (
+        CheckResult("", "gpu.xid", "fail", action="reboot", streak=2),
+        CheckResult("", "gpu.throttle", "warn", action="monitor"),
+        CheckResult("", "fabric.port", "fail", action="inspect", shadow=True),
+    )
+    v = rec.node_verdict("gpu01", checks)
+    assert (v.verdict, v.reasons, v.warnings, v.action) == (
+        "quarantine",
+        ("gpu.xid",),
+        ("gpu.throttle",),
+        "reboot",
+    )
+    assert [(c.node, c.check, c.action, c.shadow, c.streak) for c in v.results] == [
+        ("gpu01", "gpu.xid", "reboot", False, 1),
+        ("gpu01", "gpu.throttle", "", False, 1),
+    ]
+    first = rec.node_verdict("gpu01", checks, first="fabric.port")
+    assert first.reasons == ("fabric.port", "gpu.xid") and first.action == "inspect"
+
+
 @pytest.mark.parametrize(
     ("statuses", "shadow", "verdict"),
     [
@@ -56,7 +99,7 @@ def test_verdict_is_worst_non_shadow(
     statuses: tuple[str, ...], shadow: tuple[bool, ...], verdict: str
 ) -> None:
     checks = [
-        rec.CheckRecord(f"c{i}", s, shadow=sh)
+        CheckResult("", f"c{i}", s, shadow=sh)
         for i, (s, sh) in enumerate(zip(statuses, shadow, strict=True))
     ]
     assert rec.verdict_of(checks) == verdict

@@ -141,7 +141,7 @@ def test_epilog_runs_dcgm_r1_and_records_the_job(node: SimNode) -> None:
     out = node.run("epilog", job_id="777")
     assert out.record.job_id == "777"
     dcgm = out.record.check("gpu.dcgm_diag")
-    assert dcgm is not None and dcgm.status == "pass", dcgm.detail
+    assert dcgm is not None and dcgm.status == "pass", dcgm.message
     assert out.exit_code == 0
     node.set_faults([{"kind": "ecc_uncorrectable", "gpu": 1}])
     bad = node.run("epilog", job_id="778")

@@ -201,3 +201,12 @@ def test_passes_with_a_message_are_one_note_per_check_and_message() -> None:
     page = to_html(s)
     assert "<h2>Notes</h2>" in page
     assert "gpu[01-04]" in page
+
+
+def test_shadow_and_streak_appear_in_the_json_only_when_set() -> None:
+    plain = r("gpu01", "gpu.xid", "pass")
+    assert "shadow" not in plain.to_dict() and "streak" not in plain.to_dict()
+    latched = r("gpu01", "gpu.xid", "fail", action="reboot", shadow=True, streak=3)
+    data = latched.to_dict()
+    assert (data["shadow"], data["streak"], data["action"]) == (True, 3, "reboot")
+    assert CheckResult.from_dict(data) == latched

@@ -40,7 +40,7 @@ from tests.unit.node.simnode import SimNode
 
 from gpuforge.admission import parse_reason, verdict_reason
 from gpuforge.node.__main__ import main as node_main
-from gpuforge.node.record import CheckRecord, checks_of, node_verdict
+from gpuforge.node.record import checks_of, node_verdict
 from gpuforge.validate import burnin, catalogue, pipeline
 from gpuforge.validate.acceptance import SuiteRun, read_results
 from gpuforge.validate.result import CheckResult, Level, NodeVerdict, Status, Verdict, decide
@@ -128,7 +128,7 @@ def _burnin(tmp: Path, entry: Mapping[str, Any]) -> list[CheckResult]:
     return out
 
 
-def _conformance(node: SimNode, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[CheckRecord]:
+def _conformance(node: SimNode, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[CheckResult]:
     node.config()
     (tmp / "expected" / "state").mkdir(parents=True)
     with monkeypatch.context() as m:
@@ -160,10 +160,10 @@ def _seen_results(results: Sequence[CheckResult]) -> Seen:
     return Seen(failed, decide(HOST, results))
 
 
-def _seen_records(checks: Sequence[CheckRecord], first: str | None = None) -> Seen:
+def _seen_records(checks: Sequence[CheckResult], first: str | None = None) -> Seen:
     """A node record's checks, judged as the controller does (the check the node asked to be
     drained for named first)."""
-    failed = {c.check: c.action or "" for c in checks if c.status is Status.FAIL and not c.shadow}
+    failed = {c.check: c.action for c in checks if c.status is Status.FAIL and not c.shadow}
     return Seen(failed, node_verdict(HOST, checks, first=first))
 
 
