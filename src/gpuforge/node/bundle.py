@@ -24,7 +24,7 @@ NAME = "gpuforge-node.pyz"
 SRC = Path(__file__).resolve().parents[1]  # src/gpuforge
 INTERPRETER = "/usr/bin/python3"
 
-#: What the node imports, relative to src/gpuforge (DAY2.md, "Where code lives").
+#: What the node imports, relative to src/gpuforge (docs/architecture.md).
 MODULES = (
     "__init__.py",
     "atomic.py",

@@ -605,7 +605,7 @@ def conformance_record(
     job_id: str | None = None,
     extra: Sequence[CheckResult] = (),
 ) -> dict[str, Any]:
-    """The one record a conformance task hands back (DAY2.md's format, tier ``conformance``).
+    """The one record a conformance task hands back (docs/health.md's record format, tier ``conformance``).
 
     ``passive``: the passive tier's checks (the node checker's), ``extra``: the level's own
     (``gpu.dcgm_diag`` at burnin). Firmware goes in ``conformance.firmware`` (shadow: judged on
@@ -639,7 +639,7 @@ _STATUS_CODE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
 
 
 def metrics_text(record: Mapping[str, Any], now: float) -> str:
-    """``gpuforge_conformance_*`` textfile metrics of one record (DAY2.md's names)."""
+    """``gpuforge_conformance_*`` textfile metrics of one record (names in docs/conformance.md)."""
     counts = dict.fromkeys(KINDS, 0)
     for item in record.get("drift", []):
         counts[str(item.get("kind"))] = counts.get(str(item.get("kind")), 0) + 1

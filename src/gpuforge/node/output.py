@@ -72,7 +72,7 @@ def write_last(config: HealthConfig, record: Record) -> Path:
 def metrics_text(
     record: Record, config: HealthConfig, state: State, *, spooled: int, now: float
 ) -> str:
-    """The Prometheus textfile of one tier (names fixed in DAY2.md, "Metrics").
+    """The Prometheus textfile of one tier (names fixed in docs/health.md, "Outputs").
 
     The passive tier's file also carries the per-check series without a ``tier`` label (shadow,
     drain requested) and the spool's: one file per series, or node_exporter rejects duplicates.

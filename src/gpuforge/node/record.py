@@ -5,7 +5,7 @@ the controller's collector parses what it receives with :func:`from_json`, which
 record with an :class:`~gpuforge.errors.InputError` naming the field
 (``record: checks[2].status: must be one of pass, warn, fail, error, skip``).
 
-Schema ``gpuforge.record/1`` (docs/health.md, "The record"; /work/notes/DAY2.md fixes it):
+Schema ``gpuforge.record/1`` (docs/health.md, "The record", fixes it):
 
 * ``verdict`` is the worst status of the checks that are not in shadow mode, in the order
   pass < warn < error < fail (an ERROR never outranks a FAIL and never drains); shadowed and

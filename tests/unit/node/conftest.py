@@ -33,5 +33,5 @@ checks:
 
 @pytest.fixture
 def sample_yaml() -> str:
-    """DAY2.md's example health.yaml."""
+    """The example health.yaml of docs/health.md."""
     return SAMPLE
