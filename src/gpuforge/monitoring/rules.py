@@ -17,8 +17,8 @@ Metric names are the exporters' own (the sources are cited in docs/monitoring.md
 dcgm-exporter's ``DCGM_FI_DEV_*`` (etc/default-counters.csv; the ECC, violation and throttle
 fields need the counters file of the ``dcgm_exporter`` role), node_exporter's infiniband collector
 ``node_infiniband_*{device,port}`` and gpuforge's own textfile metrics (``gpuforge_health_*``,
-``gpuforge_conformance_*``; DAY2 design). Every target carries the file_sd labels ``cluster``,
-``su``, ``rack``, ``leaf``, ``node_type``, ``phase`` and ``node``.
+``gpuforge_conformance_*``; docs/monitoring.md). Every target carries the file_sd labels
+``cluster``, ``su``, ``rack``, ``leaf``, ``node_type``, ``phase`` and ``node``.
 """
 
 from __future__ import annotations

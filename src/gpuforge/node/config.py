@@ -8,7 +8,7 @@ effect. :func:`load` is strict: an unknown key, a wrong type or a bad value is a
     /etc/gpuforge/health.yaml:31: checks.gpu.xid.fail_after: must be an integer >= 1
 
 Every key but ``version`` and ``node`` has a default; docs/health.md ("Configuration") lists
-them with the reason for each. Check names are the stable names of DAY2 (``gpu.xid``, ...);
+them with the reason for each. Check names are the catalogue's stable names (``gpu.xid``, ...);
 each check takes ``enabled`` (kill switch: a disabled check does not run), ``shadow`` (runs and
 is recorded, never counts for the verdict and never asks for a drain), ``fail_after`` and
 ``pass_after`` (hysteresis) and its own thresholds.

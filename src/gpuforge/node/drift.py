@@ -605,7 +605,8 @@ def conformance_record(
     job_id: str | None = None,
     extra: Sequence[CheckResult] = (),
 ) -> dict[str, Any]:
-    """The one record a conformance task hands back (docs/health.md's record format, tier ``conformance``).
+    """The one record a conformance task hands back (docs/health.md's record, tier
+    ``conformance``).
 
     ``passive``: the passive tier's checks (the node checker's), ``extra``: the level's own
     (``gpu.dcgm_diag`` at burnin). Firmware goes in ``conformance.firmware`` (shadow: judged on

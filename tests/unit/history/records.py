@@ -1,4 +1,4 @@
-"""Records in the DAY2 format (``gpuforge.record/1``) for the history and health tests."""
+"""Records in the health record format (``gpuforge.record/1``) for the history and health tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A complete health.yaml in DAY2's shape, to break one key at a time."""
+"""A complete health.yaml in docs/health.md's shape, to break one key at a time."""
 
 from __future__ import annotations
 
