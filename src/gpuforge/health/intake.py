@@ -234,15 +234,19 @@ def refuse_times(record: object, now: float) -> list[str]:
     return notes
 
 
+#: The epoch seconds a reader can show again as a date (0001-01-01 to 9999-12-31, UTC).
+_SHOWN = (-62135596800.0, 253402300799.0)
+
+
 def _readable_time(value: object) -> bool:
-    """An ISO 8601 string the store parses and every reader can show again."""
+    """An ISO 8601 string the store parses and every reader can show again (:func:`iso`)."""
     if not isinstance(value, str):
         return False
     try:
-        iso(parse_time(value, "time"))
-    except (InputError, ValueError, OverflowError, OSError):
+        at = parse_time(value, "time")
+    except (InputError, ValueError, OverflowError):
         return False
-    return True
+    return _SHOWN[0] <= at <= _SHOWN[1]
 
 
 def _shown(value: object) -> str:
