@@ -15,6 +15,9 @@ run them), every body made canonical by :mod:`gpuforge.health.intake` first:
   (the node keeps it in its spool and sends it again: the node retries 408, 429 and 5xx only);
 * ``GET /v1/healthz``: ``{"status": "ok", ...}`` with queue depths and counts.
 
+Every answer to ``POST /v1/records`` carries the collector's clock, ``"collector_time"`` (epoch
+seconds): the node checker's ``node.clock`` check measures the node's clock against it.
+
 Every refusal is one log line, a client gone mid-request or before its answer too; no log ever
 holds a traceback (waitress's own log calls are folded into one line each).
 
@@ -66,7 +69,7 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
-from gpuforge.node.output import MUNGE_HEADER
+from gpuforge.node.output import CLOCK_KEY, MUNGE_HEADER
 from gpuforge.node.record import from_dict
 from gpuforge.rollout.lock import LockHeld, cluster_lock, holder
 from gpuforge.slurm import control
@@ -262,7 +265,7 @@ class Collector:
         self.metrics_dir = metrics_dir
         self.retention = retention or Retention()
         self.clock = clock
-        self._writer: _Batcher[tuple[dict[str, Any], str], int] = _Batcher(
+        self._writer: _Batcher[tuple[dict[str, Any], str, int | None], int] = _Batcher(
             "history-writer", self._store, max_batch
         )
         self._decider: _Batcher[dict[str, Any], Decision] = _Batcher(
@@ -275,7 +278,10 @@ class Collector:
         self._lock = threading.Lock()
         #: Records refused by kind (malformed, forged, future) and stored without some fields or
         #: events (trimmed); malformed HTTP requests (``http``) are counted by the server.
-        self.counts = dict.fromkeys(("malformed", "forged", "future", "trimmed", "http"), 0)
+        #: ``fields``: the fields refused alone (set to null, left out, clipped) in stored records.
+        self.counts = dict.fromkeys(
+            ("malformed", "forged", "future", "trimmed", "fields", "http"), 0
+        )
         #: Future-dated records refused, by node (a node whose clock is wrong).
         self.future_dated: dict[str, int] = {}
         self._node_at: dict[str, str] | None = None
@@ -294,9 +300,16 @@ class Collector:
         if self._ticker.is_alive():
             self._ticker.join(timeout=30)
 
-    def _store(self, items: list[tuple[dict[str, Any], str]]) -> list[int]:
-        records = [r for r, _ in items]
-        self.store.ingest(records, received=self.clock(), texts=[t for _, t in items])
+    def _store(self, items: list[tuple[dict[str, Any], str, int | None]]) -> list[int]:
+        # In the order received: the store's order of a node's records is the collector's
+        # (and the node's sequence), never the node's clock.
+        records = [r for r, _, _ in items]
+        self.store.ingest(
+            records,
+            received=self.clock(),
+            texts=[t for _, t, _ in items],
+            sequences=[q for _, _, q in items],
+        )
         now = self.clock()
         if now - self._pruned >= 3600:
             self._pruned = now
@@ -314,14 +327,14 @@ class Collector:
         """
         now = self.clock()
         try:
-            record, started, notes = self._admit(body, peer, now, credential)
+            record, started, notes, seq = self._admit(body, peer, now, credential)
         except _Refusal as exc:
             return self._refuse(peer, exc.status, str(exc), exc.kind)
         node = record["node"]
         # The body passed every check unchanged: stored as sent (no second serialisation).
         text = intake.dumps(record) if notes else body.decode("utf-8")
         try:
-            self._writer.submit((record, text)).result(timeout=STORE_WAIT_S)
+            self._writer.submit((record, text, seq)).result(timeout=STORE_WAIT_S)
         except Damaged as exc:  # the store's fault, not the record's: the node keeps it
             log.warning("%s: record from %s not stored (the node sends it again): %s",
                         peer, node, _one_line(str(exc)))  # fmt: skip
@@ -358,10 +371,13 @@ class Collector:
 
     def _admit(
         self, body: bytes, peer: str, now: float, credential: str | None
-    ) -> tuple[dict[str, Any], float, list[str]]:
-        """The record to store, its start time and what was left out of it; or :class:`_Refusal`."""
+    ) -> tuple[dict[str, Any], float, list[str], int | None]:
+        """The record to store, its start time, what was left out of it and its node's sequence
+        number (None without a valid credential); or :class:`_Refusal`."""
         try:
             taken = intake.canonical(body)
+            # A time the store cannot read is refused alone (named), not the whole record.
+            fields = [*taken.refused, *intake.refuse_times(taken.record, now)]
             record = from_dict(taken.record, "record").to_dict()
         except intake.Refused as exc:
             raise _Refusal(exc.status, str(exc), "malformed") from None
@@ -378,10 +394,12 @@ class Collector:
                 f" (its address is {expected})",
             )
         # The record's munge credential: after the source address, before its date.
+        seq = None
         if self.auth is not None:
             verdict = self.auth.check(node, expected, body, credential)
             if not verdict.ok:
                 raise _Refusal(verdict.status, verdict.error)
+            seq = verdict.sequence
         try:
             started = parse_time(record["started"], "record.started")
         except InputError as exc:
@@ -397,7 +415,10 @@ class Collector:
                 f" collector's clock (at most {self.max_future_s:.0f} s): {node}'s clock is wrong",
                 "future",
             )
-        notes = list(taken.refused)
+        notes = list(fields)
+        if fields:
+            with self._lock:
+                self.counts["fields"] += len(fields)
         events = record.get("events") or []
         kept = self.events.take(node, len(events), now)
         if kept < len(events):
@@ -411,7 +432,7 @@ class Collector:
                 self.counts["trimmed"] += 1
             log.warning("%s: record from %s stored without: %s", peer, node,
                         _one_line("; ".join(notes)))  # fmt: skip
-        return record, started, notes
+        return record, started, notes, seq
 
     def _refuse(self, peer: str, status: int, error: str, kind: str) -> Answer:
         """One log line, one count, and the answer for a record the collector will not take."""
@@ -455,9 +476,10 @@ class Collector:
             "batches": self._writer.batches,
             "refused": self.refused,
             "records_refused": {
-                k: v for k, v in self.counts.items() if k not in ("trimmed", "http")
+                k: v for k, v in self.counts.items() if k not in ("trimmed", "fields", "http")
             },
             "records_trimmed": self.counts["trimmed"],
+            "fields_refused": self.counts["fields"],
             "malformed_requests": self.counts["http"],
             "events_dropped": dict(self.events.dropped),
             "future_dated": dict(sorted(self.future_dated.items())),
@@ -495,6 +517,13 @@ class Collector:
                     "Records refused, by why (malformed, forged, future-dated).",
                     "counter",
                     [({"why": k}, counts[k]) for k in ("malformed", "forged", "future")],
+                ),
+                Family.single(
+                    "gpuforge_collector_refused_fields_total",
+                    "Fields refused alone in stored records (a time that is not one, a number "
+                    "beyond 64 bits: set to null or left out; a string clipped).",
+                    counts["fields"],
+                    "counter",
                 ),
                 Family.single(
                     "gpuforge_collector_malformed_requests_total",
@@ -585,7 +614,10 @@ def wsgi_app(collector: Collector) -> WSGIApplication:
             body = environ["wsgi.input"].read(int(length))
             credential = environ.get("HTTP_" + MUNGE_HEADER.upper().replace("-", "_"))
             answer = collector.receive(body, peer, None if credential is None else str(credential))
-            return _json_response(start_response, answer.status, answer.body)
+            # The collector's clock in every answer, a refusal too: the node measures its own
+            # clock against it (its node.clock check), with or without an NTP client.
+            timed = {**answer.body, CLOCK_KEY: round(collector.clock(), 6)}
+            return _json_response(start_response, answer.status, timed)
         except Exception as exc:  # a bug of ours: one line, and the node sends the record again
             tb = exc.__traceback__
             while tb is not None and tb.tb_next is not None:

@@ -11,7 +11,10 @@ One pass at the edge (:func:`canonical`), before :func:`gpuforge.node.record.fro
   allows the field to be absent: there the field is *refused and named* and the record kept (an
   event's ``code``/``gpu``, a check's ``measured``/``expected`` become null; a counter is left
   out); an integer of more than 4,300 digits (Python's conversion limit) refuses the body;
-* strings over :data:`MAX_STRING` characters are clipped (head and tail kept), and named.
+* strings over :data:`MAX_STRING` characters are clipped (head and tail kept), and named;
+* a time the store cannot read (:func:`refuse_times`: not an ISO 8601 string, or beyond what a
+  date can show) is refused alone and named: an event's ``time`` becomes null (the event is
+  stored at its record's time), the record's ``started`` becomes the collector's receive time.
 
 The result is the record as a dict and the names of what was refused in it. The collector stores
 the body as received only when the intake changed nothing in it (it passed every check above),
@@ -30,6 +33,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from gpuforge.errors import InputError
+from gpuforge.history.store import iso, parse_time
 from gpuforge.node.record import clip
 
 #: Deepest nesting of arrays and objects (a record is 3 deep: record > checks > check).
@@ -198,6 +203,55 @@ def _walk(value: Any, path: tuple[str | int, ...], refused: list[str]) -> Any:
         raise Refused(f"record: {_where(path)}: {why}")
     refused.append(f"{_where(path)}: {why}: {'left out' if action == 'drop' else 'set to null'}")
     return _DROP if action == "drop" else None
+
+
+def refuse_times(record: object, now: float) -> list[str]:
+    """Refuse, one by one, the times of ``record`` (a decoded body) the store cannot read.
+
+    The record is changed in place: a ``started`` that is not a time (``"yesterday"``, a number,
+    a date no calendar shows) becomes ``now`` (the collector's receive time), an event's ``time``
+    becomes null (the store dates it at its record's time). Returns what was refused, named, for
+    the answer's ``refused`` list; the rest of the record is stored as sent.
+    """
+    if not isinstance(record, dict):
+        return []  # the record parser names what is wrong with it
+    notes = []
+    if "started" in record and not _readable_time(record["started"]):
+        notes.append(
+            f"started: {_shown(record['started'])} is not an ISO 8601 time: the collector's"
+            f" receive time {iso(now)} used"
+        )
+        record["started"] = iso(now)
+    events = record.get("events")
+    for i, event in enumerate(events if isinstance(events, list) else []):
+        if not isinstance(event, dict) or event.get("time") is None:
+            continue
+        if not _readable_time(event["time"]):
+            notes.append(
+                f"events[{i}].time: {_shown(event['time'])} is not an ISO 8601 time: set to null"
+            )
+            event["time"] = None
+    return notes
+
+
+#: The epoch seconds a reader can show again as a date (0001-01-01 to 9999-12-31, UTC).
+_SHOWN = (-62135596800.0, 253402300799.0)
+
+
+def _readable_time(value: object) -> bool:
+    """An ISO 8601 string the store parses and every reader can show again (:func:`iso`)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        at = parse_time(value, "time")
+    except (InputError, ValueError, OverflowError):
+        return False
+    return _SHOWN[0] <= at <= _SHOWN[1]
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _plain(value: object) -> bool:

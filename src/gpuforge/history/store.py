@@ -3,6 +3,7 @@
 Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the store keeps:
 
 * ``latest``: the newest record of every node and tier, in full (one row each, replaced);
+  newest in the collector's order, never by the node's clock (below, "Order");
 * ``verdicts``: every verdict *change* of a node and tier (a change is a different verdict or a
   different set of non-passing checks and actions), and in ``change_records`` the full record
   that made it: 30 days for a change between pass and warn, the whole retention otherwise;
@@ -13,6 +14,14 @@ Sized for 12,500 nodes pushing a record every 5 minutes (42 records/s), the stor
   (``drain``, ``resume``, ``refused``, ``failure``, ``remediation``, ``rma``), each once.
   A node's event without a time (``"time": null``, which the record schema allows) is stored at
   its record's ``started`` time.
+
+Order: a record becomes its node's latest (of its tier) when it arrives, whatever its
+``started`` says, unless the node's sequence number says it was overtaken in flight (a record
+whose sequence is below the latest's; the collector's authentication refuses a replayed or older
+sequence before it gets here). A node whose clock jumped backwards, or one dated long ago, cannot
+freeze the node's state: the next record it sends still changes the verdict and records the
+failure. The node's own time stays data: ``latest.at``, the time of the verdict changes, events
+and snapshots it causes (what ``health history`` shows); ``received`` is the collector's clock.
 
 Retention (:class:`Retention`, applied by :meth:`HistoryStore.prune`): snapshots 30 days, verdict
 changes and events 400 days, the records of pass/warn changes 30 days; latest rows are kept while
@@ -116,11 +125,20 @@ CREATE INDEX IF NOT EXISTS events_kind ON events (kind, at);
 INSERT OR IGNORE INTO meta VALUES ('app', 'gpuforge.history'), ('schema_version', '1');
 """
 
+#: Version 3: the order of a node's records is the collector's, not the node's clock. ``seq`` is
+#: the node's sequence number of the latest record (its munge credential's, NULL when it came
+#: without one); ``snapshots_arrival`` finds a node's newest snapshot in the order it was stored.
+_V3 = """
+ALTER TABLE latest ADD COLUMN seq INTEGER;
+CREATE INDEX IF NOT EXISTS snapshots_arrival ON snapshots (node, id);
+"""
+
 OWNER = "gpuforge.history.store"
 
 #: Each step of the history database, in order (the file's one migration list), with its owner:
-#: this module's tables, then conformance's (:mod:`gpuforge.history.conformance_tables`).
-STEPS: tuple[Step, ...] = (Step(OWNER, _V1), *conformance_tables.STEPS)
+#: this module's tables, then conformance's (:mod:`gpuforge.history.conformance_tables`), then
+#: this module's again (steps are appended, never inserted).
+STEPS: tuple[Step, ...] = (Step(OWNER, _V1), *conformance_tables.STEPS, Step(OWNER, _V3))
 
 
 def _legacy(conn: sqlite3.Connection) -> int:
@@ -452,30 +470,38 @@ class HistoryStore:
         *,
         received: float | None = None,
         texts: Sequence[str] | None = None,
+        sequences: Sequence[int | None] | None = None,
     ) -> IngestResult:
-        """Store ``records`` in one transaction (all are validated before anything is written).
+        """Store ``records`` in one transaction (all are validated before anything is written),
+        in the order given: the order the collector received them (module docstring, "Order").
 
         ``texts``: the records' JSON as received (stored as it is; else they are serialized).
-        A record older than the node's latest of the same tier (a spooled one sent late) adds
-        its events but neither replaces the latest row nor counts as a change.
+        ``sequences``: each record's sequence number from its node (its munge credential's; None
+        for one without). A record whose sequence is below that of its node's latest of the same
+        tier (overtaken in flight) adds its events but neither replaces the latest row nor counts
+        as a change; any other record replaces it, however it is dated.
         """
         if texts is not None and len(texts) != len(records):
             raise ValueError("one text per record")
+        if sequences is not None and len(sequences) != len(records):
+            raise ValueError("one sequence per record")
         parsed = [_fields(r, texts[i] if texts else None) for i, r in enumerate(records)]
         now = time.time() if received is None else received
         changes = snaps = events = 0
         with self.transaction() as db:
-            for f in parsed:
+            for i, f in enumerate(parsed):
+                seq = sequences[i] if sequences is not None else None
                 prev = db.execute(
-                    "SELECT at, verdict, signature FROM latest WHERE node = ? AND tier = ?",
+                    "SELECT at, verdict, signature, seq FROM latest WHERE node = ? AND tier = ?",
                     (f.node, f.tier),
                 ).fetchone()
                 events += self._store_events(db, f)
-                if prev is not None and f.at < prev[0]:
+                if prev is not None and seq is not None and prev[3] is not None and seq < prev[3]:
                     continue
                 changed = prev is None or (prev[1], prev[2]) != (f.verdict, f.signature)
                 db.execute(
-                    "INSERT OR REPLACE INTO latest VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO latest (node, tier, at, received, verdict, signature,"
+                    " request, record, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         f.node,
                         f.tier,
@@ -485,6 +511,7 @@ class HistoryStore:
                         f.signature,
                         json.dumps(f.request, sort_keys=True) if f.request else None,
                         f.text,
+                        seq,
                     ),
                 )
                 if changed:
@@ -540,10 +567,13 @@ class HistoryStore:
     def _snapshot(db: sqlite3.Connection, f: _Fields, *, force: bool) -> int:
         if not f.counters:
             return 0
+        # The node's newest snapshot as stored (not by its date), and the interval either way:
+        # a node whose clock jumped backwards keeps an hourly series, it is not frozen until its
+        # clock passes the old snapshot's date again.
         last = db.execute(
-            "SELECT at, digest FROM snapshots WHERE node = ? ORDER BY at DESC LIMIT 1", (f.node,)
+            "SELECT at, digest FROM snapshots WHERE node = ? ORDER BY id DESC LIMIT 1", (f.node,)
         ).fetchone()
-        if not force and last is not None and f.at - last[0] < SNAPSHOT_INTERVAL_S:
+        if not force and last is not None and abs(f.at - last[0]) < SNAPSHOT_INTERVAL_S:
             return 0
         digest = _digest(f.counters)
         if not force and last is not None and digest == last[1]:

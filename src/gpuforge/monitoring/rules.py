@@ -35,6 +35,7 @@ import yaml
 
 from gpuforge.topology.cluster import Cluster
 from gpuforge.topology.skus import power_w as sku_power_w
+from gpuforge.validate.catalogue import CLOCK_WARN_S
 from gpuforge.validate.xid_catalogue import Action, XidCatalogue, catalogue
 
 #: Where the runbooks are published; ``runbook_url`` is ``<base>/<AlertName>.md``.
@@ -414,6 +415,23 @@ def alerts(cat: XidCatalogue | None = None) -> list[Alert]:
             "The collector on {{ $labels.node }} refused {{ $value }} drain requests in 30 minutes",
             "Admission refused drains (breaker open, maintenance rules): faulty nodes may stay "
             "in service.",
+        ),
+        Alert(
+            "GpuforgeNodeClockSkew",
+            # The collector's counter comes from the services host's textfile: Prometheus names
+            # the node it counts exported_node (the target's own node label is the collector's).
+            "increase(gpuforge_collector_future_records_total[30m]) > 0 or "
+            + _check("node.clock", "== 1"),
+            "warning",
+            "The clock of {{ with $labels.exported_node }}{{ . }}{{ else }}{{ $labels.node }}"
+            "{{ end }} is off the collector's: its records are refused as future-dated or its "
+            "node.clock check warns",
+            "The node's clock is wrong: the collector refused its records as dated more than "
+            "max_future_s (300 s) ahead of its own clock, or the node's node.clock check measured "
+            f"it more than warn_s ({CLOCK_WARN_S} s) off the collector's. Its records misdate "
+            "what they report, and once the clock is off by munge's credential time-to-live "
+            "(300 s) every record is refused.",
+            labels={"action": "monitor"},
         ),
         Alert(
             "RackPowerOverBudget",

@@ -307,6 +307,8 @@ def _write(
         delivery = output.deliver(config, deadline=deadline)
         if delivery.sent and not delivery.error and record.request == Request("resume"):
             state.resume_pending = False
+        if delivery.clock is not None:  # judged by node.clock on the next run
+            state.clock = delivery.clock
     if update:
         st.save(config.state_dir / "state.json", state)
     output.write_metrics(record, config, state, spooled=len(output.spooled(config)))

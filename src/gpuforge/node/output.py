@@ -13,6 +13,12 @@ exact body and the node's next sequence number (``<state_dir>/sequence``). One p
 sends (``<state_dir>/.send.lock``), so the collector sees a node's sequence rise. When munge is
 missing or fails the record goes without a credential, the collector decides, and one line on
 stderr says why.
+
+Every answer of the collector carries its clock (``collector_time``, epoch seconds, also on a
+refusal): the delivery measures the node's clock against it, half the round trip corrected
+(:class:`~gpuforge.node.state.Clock`), and the tier keeps the last measurement in ``state.json``
+for the ``node.clock`` check of the next run. No NTP client is asked: it works wherever the
+collector answers, chrony or not.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -35,7 +42,7 @@ from typing import Any
 from gpuforge.node.commands import Budget, Runner, ToolError
 from gpuforge.node.config import CHECKS, HealthConfig
 from gpuforge.node.record import Record
-from gpuforge.node.state import State, Streak, write_atomic
+from gpuforge.node.state import Clock, State, Streak, write_atomic
 from gpuforge.textfile import Family, Sample, render, write
 
 #: Metric encoding of a status (skip is not written).
@@ -48,6 +55,8 @@ MUNGE_TIMEOUT_S = 1.0
 #: The payload's schema: ``{"v": 1, "node": ..., "sha256": ..., "seq": ...}``.
 MUNGE_PAYLOAD_VERSION = 1
 SEQUENCE = "sequence"
+#: The key of the collector's clock (epoch seconds) in each of its answers.
+CLOCK_KEY = "collector_time"
 SEND_LOCK = ".send.lock"
 _CREDENTIAL = re.compile(r"MUNGE:[A-Za-z0-9+/=]{1,8192}:")
 
@@ -184,13 +193,15 @@ def spool(config: HealthConfig, record: Record, state: State) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What sending the spool did: records sent, the first failure, the last answer, and why
-    records went without a munge credential (empty when every one had it)."""
+    """What sending the spool did: records sent, the first failure, the last answer, why
+    records went without a munge credential (empty when every one had it) and the clock
+    measured on the last answer that carried the collector's (None: no answer did)."""
 
     sent: int
     error: str
     answer: Mapping[str, Any] | None
     unsigned: str = ""
+    clock: Clock | None = None
 
 
 def post(
@@ -282,12 +293,29 @@ def _send_lock(config: HealthConfig, deadline: float) -> int | None:
             raise
 
 
-def _refusal(exc: urllib.error.HTTPError) -> str:
+def _error_body(exc: urllib.error.HTTPError) -> Mapping[str, Any]:
+    """The JSON object of a refusal's body ({} when it has none)."""
     try:
-        error = json.loads(exc.read(10_000) or b"{}").get("error", "")
-    except (OSError, ValueError, AttributeError):
-        error = ""
-    return f"HTTP {exc.code}" + (f": {str(error)[:200]}" if error else "")
+        doc = json.loads(exc.read(10_000) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _refusal(code: int, doc: Mapping[str, Any]) -> str:
+    error = doc.get("error", "")
+    return f"HTTP {code}" + (f": {str(error)[:200]}" if error else "")
+
+
+def clock_sample(answer: Mapping[str, Any] | None, sent_at: float, rtt_s: float) -> Clock | None:
+    """The node's clock against the collector's from one answer: the collector's clock less
+    the node's at the middle of the round trip (``sent_at``: the node's epoch when the request
+    left, ``rtt_s``: the round trip, monotonic); None when the answer has no clock."""
+    value = answer.get(CLOCK_KEY) if answer is not None else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    middle = sent_at + rtt_s / 2
+    return Clock(round(float(value) - middle, 6), round(rtt_s, 6), round(middle, 3))
 
 
 def deliver(
@@ -329,9 +357,10 @@ def _send(
     sent = 0
     unsigned = ""
     answer: Mapping[str, Any] | None = None
+    clock: Clock | None = None
     for path in spooled(config)[:limit]:
         if deadline - time.monotonic() < 0.1:
-            return Delivery(sent, "time budget spent", answer, unsigned)
+            return Delivery(sent, "time budget spent", answer, unsigned, clock)
         try:
             body = path.read_bytes()
         except OSError:
@@ -340,21 +369,25 @@ def _send(
         unsigned = unsigned or why
         headers = {MUNGE_HEADER: credential} if credential else {}
         left = deadline - time.monotonic()
+        sent_at, start = time.time(), time.monotonic()
         try:
             answer = post(url, body, min(config.collector.timeout_s, max(left, 0.05)), headers)
         except urllib.error.HTTPError as exc:
+            doc = _error_body(exc)
+            clock = clock_sample(doc, sent_at, time.monotonic() - start) or clock
             if 400 <= exc.code < 500 and exc.code not in (401, 408, 429):
                 # The collector refused this record for good (corrupt, not ours): keeping it
                 # would block the spool forever.
                 path.unlink(missing_ok=True)
                 continue
-            return Delivery(sent, f"{url}: {_refusal(exc)}", answer, unsigned)
+            return Delivery(sent, f"{url}: {_refusal(exc.code, doc)}", answer, unsigned, clock)
         except (OSError, ValueError) as exc:
-            return Delivery(sent, f"{url}: {exc}", answer, unsigned)
+            return Delivery(sent, f"{url}: {exc}", answer, unsigned, clock)
+        clock = clock_sample(answer, sent_at, time.monotonic() - start) or clock
         path.unlink(missing_ok=True)
         sent += 1
         write_atomic(decision_path(config), json.dumps(answer, sort_keys=True) + "\n")
-    return Delivery(sent, "", answer, unsigned)
+    return Delivery(sent, "", answer, unsigned, clock)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

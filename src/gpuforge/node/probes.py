@@ -696,6 +696,41 @@ def software_services(p: Probe) -> CheckResult:
     return guarded("software.services", body)
 
 
+# --- the node itself -----------------------------------------------------------------------------
+
+
+def node_clock(p: Probe) -> CheckRecord:
+    """The node's clock against the collector's, as the last delivery measured it (state.json).
+
+    Gathers nothing itself: each answer of the collector carries its clock and the delivery
+    keeps the offset, so this works with or without an NTP client (lab containers have none).
+    No measurement yet, or only an old one: SKIP (never ERROR: the node is not at fault).
+    """
+    if p.config.collector is None:
+        return skip("node.clock", "no collector configured: no clock to compare with")
+    sample = p.state.clock
+    if sample is None:
+        return skip("node.clock", "not measured yet: the collector's next answer carries its clock")
+    params = p.config.check("node.clock").params
+    age = p.now.timestamp() - sample.at
+    if abs(age) > float(params["max_age_s"]):
+        return skip(
+            "node.clock",
+            f"the last measurement is {age:.0f} s old (max_age_s {params['max_age_s']}): "
+            "the collector has not answered since",
+        )
+    outcome = checks.clock_offset(sample.offset_s, sample.rtt_s, warn_s=float(params["warn_s"]))
+    try:
+        measured_at = datetime.fromtimestamp(sample.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # a date no calendar shows: the number
+        measured_at = f"{sample.at:.0f}"
+    evidence = (
+        f"collector_time - node time = {sample.offset_s:+.3f} s (round trip {sample.rtt_s:.3f} s)"
+        f", measured at {measured_at} (node clock) on the collector's answer"
+    )
+    return judged("node.clock", outcome, evidence)
+
+
 # --- epilog -------------------------------------------------------------------------------------
 
 
@@ -738,6 +773,7 @@ PASSIVE: dict[str, Callable[[Probe], CheckResult]] = {
     "fabric.roce_pfc": fabric_roce_pfc,
     "software.versions": software_versions,
     "software.services": software_services,
+    "node.clock": node_clock,
 }
 PROLOG: dict[str, Callable[[Probe], CheckResult]] = {
     "gpu.xid": lambda p: gpu_xid(p, advance=False),

@@ -9,13 +9,14 @@ causes one.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuforge.atomic import write_atomic
 
-__all__ = ["STATE_SCHEMA", "State", "Streak", "load", "save", "write_atomic"]
+__all__ = ["STATE_SCHEMA", "Clock", "State", "Streak", "load", "save", "write_atomic"]
 
 STATE_SCHEMA = 1
 
@@ -30,6 +31,38 @@ class Streak:
     latched: bool = False
     action: str | None = None
     last: str = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The node's clock against the collector's, measured on the last answer (``node.clock``).
+
+    ``offset_s`` is the collector's clock less the node's at the middle of the round trip
+    (positive: the node is behind), good to ``rtt_s / 2``; ``at`` the node's time of the
+    measurement (epoch seconds).
+    """
+
+    offset_s: float
+    rtt_s: float
+    at: float
+
+    def to_dict(self) -> dict[str, float]:
+        """The JSON form."""
+        return {"offset_s": self.offset_s, "rtt_s": self.rtt_s, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Clock | None:
+        """The measurement saved in ``state.json``; None when absent or unreadable (the check
+        then has no measurement: it skips)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            values = [float(data[k]) for k in ("offset_s", "rtt_s", "at")]
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not all(math.isfinite(v) for v in values):
+            return None
+        return cls(*values)
 
 
 @dataclass
@@ -47,6 +80,8 @@ class State:
     #: A drain was requested and not yet lifted: the next clean runs ask for a resume.
     resume_pending: bool = False
     spool_dropped: int = 0
+    #: The clock against the collector's at its last answer (None: not measured yet).
+    clock: Clock | None = None
     #: Why the previous state was discarded (corrupt file), reported once in the record.
     note: str = ""
 
@@ -65,6 +100,7 @@ class State:
             "counters": self.counters,
             "resume_pending": self.resume_pending,
             "spool_dropped": self.spool_dropped,
+            "clock": self.clock.to_dict() if self.clock else None,
         }
 
 
@@ -90,6 +126,7 @@ def load(path: Path) -> State:
             },
             resume_pending=bool(data.get("resume_pending")),
             spool_dropped=int(data.get("spool_dropped") or 0),
+            clock=Clock.from_dict(data.get("clock")),
         )
     except (AttributeError, TypeError, ValueError) as exc:
         return State(note=f"{path}: unreadable, started afresh ({exc})")

@@ -95,6 +95,9 @@ DCGM_TEST_ACTIONS: dict[str, int | str] = {
     "pcie": "inspect",
 }
 DCGM_DEFAULT_ACTION = "reboot"
+#: Seconds the node's clock may be off the collector's before ``node.clock`` WARNs: a tenth of
+#: munge's default credential time-to-live (300 s), beyond which the node's records are refused.
+CLOCK_WARN_S = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,17 @@ CATALOGUE: tuple[CheckSpec, ...] = (
         runs=(_Q, *_NODE),
         fail_after=2,
         pass_after=1,
+    ),
+    CheckSpec(
+        "node.clock",
+        "the collector's clock in its last answer (collector_time), half the round trip "
+        "corrected, kept in state.json",
+        "checks.clock_offset (WARN only)",
+        "monitor",
+        runs=_NODE,
+        # munge refuses a credential beyond its time-to-live (300 s by default): warn far below
+        # it; a measurement older than max_age_s (the collector away) is none.
+        params={"warn_s": CLOCK_WARN_S, "max_age_s": 3600},
     ),
     CheckSpec(
         "gpu.dcgm_diag",

@@ -489,6 +489,26 @@ def counter_growth(
     return JudgeOutcome(not over, measured, expected, detail)
 
 
+def clock_offset(offset_s: float, rtt_s: float, *, warn_s: float) -> JudgeOutcome:
+    """The node's clock within ``warn_s`` of the collector's; beyond it only a warning (a wrong
+    clock is no hardware fault: jobs run, but munge refuses the node's credentials once it is
+    off by more than their time-to-live, and every dated record misleads).
+
+    ``offset_s``: the collector's clock less the node's (positive: the node is behind), good to
+    ``rtt_s / 2``.
+    """
+    ok = abs(offset_s) <= warn_s
+    expected = f"|offset| <= {warn_s:g} s"
+    if ok:
+        return JudgeOutcome(True, round(offset_s, 3), expected)
+    side = "behind" if offset_s > 0 else "ahead of"
+    detail = (
+        f"the node's clock is {abs(offset_s):.1f} s {side} the collector's (within "
+        f"{rtt_s / 2:.3f} s): check its time service (chrony, systemd-timesyncd)"
+    )
+    return JudgeOutcome(False, round(offset_s, 3), expected, detail, warn_only=True)
+
+
 def pinned_version(measured: str | None, expected: str) -> JudgeOutcome:
     """An installed version matches its pin: equal, or the pin followed by ``.``, ``-`` or ``+``.
 

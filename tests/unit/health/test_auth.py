@@ -290,6 +290,30 @@ def test_the_node_sends_authenticated_records(
     }  # fmt: skip
 
 
+def test_authenticated_records_are_ordered_by_their_sequence_not_their_dates(
+    served: tuple[str, Collector], munged: Munged, tmp_path: Path
+) -> None:
+    """A node whose clock jumped a day back: its next records still change its verdict, and
+    the store keeps the sequence their credentials carried; the delivery measured the clock."""
+    url, collector = served
+    config = node_config(url, tmp_path / "node")
+    _spool(config, body_of(at=T0), "00000000000000000001")
+    _spool(config, body_of(at=T0 - 86400, verdict="fail", failed=(("gpu.xid", "reboot"),)),
+           "00000000000000000002")  # fmt: skip
+    sent_at = time.time()
+    delivery = output.deliver(config, deadline=time.monotonic() + 10, munge_socket=munged.socket)
+    assert (delivery.sent, delivery.error) == (2, "")
+    assert collector.store.latest()["gpu01"].verdict == "fail"
+    assert [e.check for e in collector.store.events(kinds=["failure"])] == ["gpu.xid"]
+    with collector.store.read() as db:
+        (seq,) = db.execute("SELECT seq FROM latest WHERE node = 'gpu01'").fetchone()
+    assert seq == int((config.state_dir / output.SEQUENCE).read_text())
+    # The collector's clock is fixed at T0: the node is that far off it (within the round trip).
+    assert delivery.clock is not None
+    assert delivery.clock.offset_s == pytest.approx(T0 - sent_at, abs=5)
+    assert 0 <= delivery.clock.rtt_s < 5
+
+
 def test_a_forged_post_is_refused_and_an_unsigned_record_stays_spooled(
     served: tuple[str, Collector], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -309,6 +333,7 @@ def test_a_forged_post_is_refused_and_an_unsigned_record_stays_spooled(
     )
     assert delivery.sent == 0 and "HTTP 401: no credential" in delivery.error
     assert delivery.unsigned.startswith("munge: exit status")
+    assert delivery.clock is not None  # a refusal carries the collector's clock too
     assert len(output.spooled(config)) == 1
     assert "records sent without a credential: munge" in capfd.readouterr().err
 

@@ -232,6 +232,76 @@ def test_an_event_without_a_time_is_stored_at_the_records_time(served: Served) -
 
 
 @pytest.mark.parametrize(
+    "bad",
+    ["yesterday", "2026-13-01T00:00:00Z", "9999-12-31T23:59:59-14:00", 1795000000, True],
+    ids=["a-word", "month-13", "beyond-year-9999", "a-number", "a-bool"],
+)
+def test_a_time_the_collector_cannot_read_is_refused_alone(
+    served: Served, caplog: pytest.LogCaptureFixture, tmp_path: Path, bad: object
+) -> None:
+    """Item 4: the record is stored with the field refused and named, never dropped whole."""
+    url, port, collector = served
+    rec = record("gpu01", at=T0 - 60, verdict="fail", failed=(("gpu.xid", "reboot"),),
+                 events=[{"time": iso(T0 - 90), "gpu": 1, "event": "xid", "code": 79},
+                         {"time": bad, "gpu": 2, "event": "xid", "code": 48}])  # fmt: skip
+    answer = post_raw(port, json.dumps(rec).encode())
+    assert status_of(answer) == 200
+    assert body_of(answer)["refused"] == [
+        f"events[1].time: {bad!r} is not an ISO 8601 time: set to null"
+    ]
+    with collector.store.read() as db:
+        events = db.execute(
+            "SELECT at, gpu, code FROM events WHERE kind = 'xid' ORDER BY gpu"
+        ).fetchall()
+    assert events == [(T0 - 90, 1, 79), (T0 - 60, 2, 48)]  # kept, at its record's time
+    assert collector.store.latest()["gpu01"].verdict == "fail"
+    # The record's own time: the collector's receive time takes its place, named.
+    rec = record("gpu01", at=T0, verdict="pass")
+    rec["started"] = bad
+    answer = post_raw(port, json.dumps(rec).encode())
+    assert status_of(answer) == 200
+    assert body_of(answer)["refused"] == [
+        f"started: {bad!r} is not an ISO 8601 time: the collector's receive time {iso(T0)} used"
+    ]
+    latest = collector.store.latest()["gpu01"]
+    assert (latest.verdict, latest.at) == ("pass", T0)
+    assert latest.record["started"] == iso(T0)
+    assert collector.healthz()["fields_refused"] == 2
+    assert collector.healthz()["records_trimmed"] == 2
+    collector.write_metrics(read_slurm=False)
+    text = (tmp_path / "textfile" / "gpuforge_controller.prom").read_text()
+    assert "gpuforge_collector_refused_fields_total 2" in text
+    assert len([m for m in lines(caplog) if "stored without" in m]) == 2
+    still_serving(url)
+
+
+def test_every_answer_carries_the_collectors_clock(served: Served) -> None:
+    """The node checker's node.clock measures against it: a 2xx, a 4xx and a 422 alike."""
+    url, port, _ = served
+    status, body = post(url, GOOD)
+    assert (status, body["collector_time"]) == (200, T0)
+    status, body = post(url, json.dumps(record("gpu01", at=T0 + 3600)).encode())
+    assert (status, body["collector_time"]) == (422, T0)
+    answer = post_raw(port, b'{"schema": "gpuforge.record/1"}')
+    assert (status_of(answer), body_of(answer)["collector_time"]) == (400, T0)
+
+
+def test_a_record_dated_in_the_past_changes_the_verdict_and_records_the_failure(
+    served: Served,
+) -> None:
+    """Item 2: the order is the collector's; a node whose clock went back a day is not frozen."""
+    url, _, collector = served
+    assert post(url, json.dumps(record("gpu01", at=T0)).encode())[0] == 200
+    back = T0 - 86400
+    assert post(url, json.dumps(record("gpu01", at=back)).encode())[0] == 200
+    failing = record("gpu01", at=back + 60, verdict="fail", failed=(("gpu.xid", "reboot"),))
+    assert post(url, json.dumps(failing).encode())[0] == 200
+    latest = collector.store.latest()["gpu01"]
+    assert (latest.verdict, latest.at, latest.received) == ("fail", back + 60, T0)
+    assert [e.check for e in collector.store.events(kinds=["failure"])] == ["gpu.xid"]
+
+
+@pytest.mark.parametrize(
     "length",
     ["\uff11\uff12", "\u0661\u0662", "1" * 5000, "-5", "12 34", "0x10", "1e3"],
     ids=["fullwidth", "arabic-indic", "5000-digits", "negative", "space", "hex", "exponent"],

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gpuforge import database
 from gpuforge.errors import InputError
 from gpuforge.history import HistoryStore, Retention, history_path
+from gpuforge.history.store import SCHEMA
 
 from .records import T0, record
 
@@ -48,14 +52,87 @@ def test_a_different_failing_check_is_a_change_with_the_same_verdict(store: Hist
     assert result.changes == 1
 
 
-def test_a_late_spooled_record_neither_replaces_latest_nor_changes(store: HistoryStore) -> None:
-    store.ingest([record(at=T0 + 600)])
+def test_a_record_overtaken_in_flight_neither_replaces_latest_nor_changes(
+    store: HistoryStore,
+) -> None:
+    # The node's sequence says it was sent before the latest: its events count, its verdict not.
+    store.ingest([record(at=T0 + 600)], sequences=[2])
     xid = {"time": "2026-11-18T07:00:00Z", "gpu": 3, "event": "xid", "code": 79, "detail": "x"}
     result = store.ingest([record(at=T0, verdict="fail", failed=(("gpu.xid", "reboot"),),
-                                  events=[xid])])  # fmt: skip
+                                  events=[xid])], sequences=[1])  # fmt: skip
     assert (result.changes, result.events) == (0, 1)
     assert store.latest()["gpu01"].verdict == "pass"
     assert [e.code for e in store.events(kinds=["xid"])] == [79]
+
+
+def _seq(store: HistoryStore, node: str = "gpu01") -> int | None:
+    with store.read() as db:
+        row = db.execute("SELECT seq FROM latest WHERE node = ?", (node,)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_a_record_dated_in_the_past_after_a_newer_one_still_changes_the_verdict(
+    store: HistoryStore,
+) -> None:
+    """The order is the collector's: a node whose clock jumped a day back is not frozen."""
+    store.ingest([record(at=T0)], received=T0, sequences=[10])
+    back = T0 - 86400
+    result = store.ingest([record(at=back, verdict="warn", failed=(("gpu.throttle", "inspect"),),
+                                  status="warn")], received=T0 + 300, sequences=[11])  # fmt: skip
+    assert result.changes == 1
+    latest = store.latest()["gpu01"]
+    assert (latest.verdict, latest.at, latest.received) == ("warn", back, T0 + 300)
+    assert _seq(store) == 11
+    # Without sequences (a collector without munge): the later received wins all the same.
+    store.ingest([record("gpu02", at=T0)])
+    store.ingest([record("gpu02", at=back, verdict="fail", failed=(("gpu.xid", "reboot"),))])
+    assert store.latest()["gpu02"].verdict == "fail"
+    assert _seq(store, "gpu02") is None
+
+
+def test_a_fail_after_a_past_dated_record_records_the_failure_event(store: HistoryStore) -> None:
+    store.ingest([record(at=T0)], received=T0, sequences=[1])
+    store.ingest([record(at=T0 - 86400)], received=T0 + 300, sequences=[2])  # the clock went back
+    failing = record(at=T0 - 86400 + 300, verdict="fail", failed=(("gpu.xid", "reboot"),))
+    result = store.ingest([failing], received=T0 + 600, sequences=[3])
+    assert result.changes == 1
+    assert store.latest()["gpu01"].verdict == "fail"
+    failures = store.events(kinds=["failure"], node="gpu01")
+    assert [(e.at, e.check, e.detail) for e in failures] == [
+        (T0 - 86400 + 300, "gpu.xid", "gpu.xid=fail:reboot")  # dated by the node, as shown
+    ]
+    verdicts = [h for h in store.node_history("gpu01") if h.kind == "verdict"]
+    assert [(h.verdict, h.previous) for h in verdicts] == [("pass", None), ("fail", "pass")]
+
+
+def test_a_version_2_history_migrates_keeping_its_latest_rows(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    old = database.open_database(path, replace(SCHEMA, steps=SCHEMA.steps[:2]))
+    with old.transaction() as db:
+        db.execute(
+            "INSERT INTO latest VALUES ('gpu01', 'passive', ?, ?, 'pass', '', NULL, ?)",
+            (T0, T0, json.dumps(record(at=T0))),
+        )
+    old.close()
+    with HistoryStore.open(path, readonly=True) as reader:  # a reader reads it as it is
+        assert reader.database.version == 2
+        assert reader.latest()["gpu01"].verdict == "pass"
+    with HistoryStore.open(path) as store:
+        assert store.database.version == SCHEMA.version == 3
+        assert _seq(store) is None
+        failing = record(at=T0 - 86400, verdict="fail", failed=(("gpu.xid", "reboot"),))
+        assert store.ingest([failing], sequences=[5]).changes == 1
+        assert (store.latest()["gpu01"].verdict, _seq(store)) == ("fail", 5)
+    assert (tmp_path / "history.db.v2.bak").is_file()
+
+
+def test_snapshots_stay_hourly_when_the_clock_jumps_backwards(store: HistoryStore) -> None:
+    for i in range(12):  # an hour every 5 minutes: one snapshot
+        store.ingest([record(at=T0 + 300 * i, counters={"c": i})])
+    back = T0 - 30 * 86400 + 3600  # the clock jumped a month back, the counters move on
+    for i in range(25):  # two hours of the node's new time: a snapshot an hour, not frozen
+        store.ingest([record(at=back + 300 * i, counters={"c": 100 + i})])
+    assert [s.at for s in store.counters("gpu01")] == [back, back + 3600, back + 7200, T0]
 
 
 def test_node_events_are_stored_once_however_often_resent(store: HistoryStore) -> None:

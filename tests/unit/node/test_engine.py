@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from gpuforge.node import config as cfg
@@ -119,6 +120,22 @@ def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     fresh = st.load(path)
     assert fresh.streaks == {}
     assert "unreadable" in fresh.note
+
+
+def test_the_clock_measurement_round_trips_and_a_bad_one_is_none(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    state = st.State()
+    state.streak("gpu.xid").fails = 1
+    state.clock = st.Clock(offset_s=-12.5, rtt_s=0.004, at=1795000000.0)
+    st.save(path, state)
+    assert st.load(path).clock == state.clock
+    for bad in ({"offset_s": "x", "rtt_s": 0, "at": 0}, {"offset_s": 1e999}, [1, 2], "now"):
+        doc = json.loads(path.read_text())
+        doc["clock"] = bad
+        path.write_text(json.dumps(doc))
+        again = st.load(path)
+        # Only the measurement is lost (node.clock skips), not the streaks.
+        assert again.clock is None and again.streak("gpu.xid").fails == 1
 
 
 def test_prolog_acts_on_a_cached_drain_of_this_boot_only_while_fresh(tmp_path: Path) -> None:

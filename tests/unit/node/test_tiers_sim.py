@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,13 +26,18 @@ class Collector:
         self.received: list[dict[str, Any]] = []
         self.status = 200
         self.done = "none"
+        #: Seconds the collector's clock is ahead of this machine's (None: an answer without it).
+        self.clock_ahead: float | None = None
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 collector.received.append({"path": self.path, "record": json.loads(body)})
-                answer = json.dumps({"decision": {"done": collector.done}}).encode()
+                doc: dict[str, Any] = {"decision": {"done": collector.done}}
+                if collector.clock_ahead is not None:
+                    doc[output.CLOCK_KEY] = time.time() + collector.clock_ahead
+                answer = json.dumps(doc).encode()
                 self.send_response(collector.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))
@@ -231,3 +237,47 @@ def test_prolog_without_a_collector_blocks_only_for_a_fatal_xid(
     out = node.run("prolog")
     assert out.exit_code == expected
     assert out.delivery is not None and out.delivery.error
+
+
+def test_node_clock_judges_the_offset_the_last_answer_measured(
+    node: SimNode, collector: Collector
+) -> None:
+    """No chrony asked: the collector's clock in its answer, kept in state.json for the next run."""
+    node.extra["collector"] = {"url": collector.url, "timeout_s": 2}
+    node.only("node.clock")
+    collector.clock_ahead = 120.0  # the node is two minutes behind the collector
+    first = node.run("passive").record.check("node.clock")
+    assert first is not None and first.status == "skip"  # nothing measured yet: never an ERROR
+    assert "not measured yet" in first.detail
+    second = node.run("passive")
+    clock = second.record.check("node.clock")
+    assert clock is not None and (clock.status, clock.action) == ("warn", "monitor")
+    assert clock.measured == pytest.approx(120.0, abs=2)
+    assert "behind the collector's" in clock.detail and "round trip" in clock.evidence
+    assert (second.record.verdict, second.record.request) == ("warn", None)  # never a drain
+    saved = json.loads((node.root / "state/state.json").read_text())["clock"]
+    assert saved["offset_s"] == pytest.approx(120.0, abs=2) and saved["rtt_s"] < 2
+    collector.clock_ahead = -0.5  # fixed: the next run still judges the last measurement
+    assert node.run("passive").record.check("node.clock").status == "warn"  # type: ignore[union-attr]
+    fixed = node.run("passive").record.check("node.clock")
+    assert fixed is not None and fixed.status == "pass"
+    assert fixed.measured == pytest.approx(-0.5, abs=2)
+
+
+def test_node_clock_skips_without_a_measurement_or_with_an_old_one(
+    node: SimNode, collector: Collector
+) -> None:
+    node.only("node.clock")
+    alone = node.run("passive").record.check("node.clock")  # no collector configured
+    assert alone is not None and (alone.status, alone.detail) == (
+        "skip", "no collector configured: no clock to compare with"
+    )  # fmt: skip
+    node.extra["collector"] = {"url": collector.url, "timeout_s": 2}
+    node.run("passive")  # an older collector: its answers carry no clock
+    assert node.run("passive").record.check("node.clock").status == "skip"  # type: ignore[union-attr]
+    collector.clock_ahead = 1000.0
+    node.run("passive")
+    node.extra["checks"]["node.clock"] = {"max_age_s": 1}
+    time.sleep(1.5)
+    old = node.run("passive").record.check("node.clock")
+    assert old is not None and old.status == "skip" and "old (max_age_s 1)" in old.detail

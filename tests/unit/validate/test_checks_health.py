@@ -26,6 +26,18 @@ def test_counter_growth_judges_each_counter_by_its_name() -> None:
 
 
 @pytest.mark.parametrize(
+    ("offset", "ok", "side"),
+    [(0.2, True, ""), (-30.0, True, ""), (30.5, False, "behind"), (-400.0, False, "ahead of")],
+)
+def test_clock_offset_only_warns_beyond_its_threshold(offset: float, ok: bool, side: str) -> None:
+    outcome = checks.clock_offset(offset, 0.01, warn_s=30)
+    assert (outcome.ok, outcome.measured, outcome.expected) == (ok, offset, "|offset| <= 30 s")
+    assert outcome.warn_only is not ok  # never a FAIL: a wrong clock drains nothing
+    if not ok:
+        assert f"s {side} the collector's (within 0.005 s)" in outcome.detail
+
+
+@pytest.mark.parametrize(
     ("measured", "pin", "ok"),
     [
         ("22.05.8-4", "22.05", True),
