@@ -699,7 +699,7 @@ def software_services(p: Probe) -> CheckResult:
 # --- the node itself -----------------------------------------------------------------------------
 
 
-def node_clock(p: Probe) -> CheckRecord:
+def node_clock(p: Probe) -> CheckResult:
     """The node's clock against the collector's, as the last delivery measured it (state.json).
 
     Gathers nothing itself: each answer of the collector carries its clock and the delivery
