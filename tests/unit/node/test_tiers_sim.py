@@ -248,12 +248,12 @@ def test_node_clock_judges_the_offset_the_last_answer_measured(
     collector.clock_ahead = 120.0  # the node is two minutes behind the collector
     first = node.run("passive").record.check("node.clock")
     assert first is not None and first.status == "skip"  # nothing measured yet: never an ERROR
-    assert "not measured yet" in first.detail
+    assert "not measured yet" in first.message
     second = node.run("passive")
     clock = second.record.check("node.clock")
     assert clock is not None and (clock.status, clock.action) == ("warn", "monitor")
     assert clock.measured == pytest.approx(120.0, abs=2)
-    assert "behind the collector's" in clock.detail and "round trip" in clock.evidence
+    assert "behind the collector's" in clock.message and "round trip" in clock.evidence
     assert (second.record.verdict, second.record.request) == ("warn", None)  # never a drain
     saved = json.loads((node.root / "state/state.json").read_text())["clock"]
     assert saved["offset_s"] == pytest.approx(120.0, abs=2) and saved["rtt_s"] < 2
@@ -269,7 +269,7 @@ def test_node_clock_skips_without_a_measurement_or_with_an_old_one(
 ) -> None:
     node.only("node.clock")
     alone = node.run("passive").record.check("node.clock")  # no collector configured
-    assert alone is not None and (alone.status, alone.detail) == (
+    assert alone is not None and (alone.status, alone.message) == (
         "skip", "no collector configured: no clock to compare with"
     )  # fmt: skip
     node.extra["collector"] = {"url": collector.url, "timeout_s": 2}
@@ -280,4 +280,4 @@ def test_node_clock_skips_without_a_measurement_or_with_an_old_one(
     node.extra["checks"]["node.clock"] = {"max_age_s": 1}
     time.sleep(1.5)
     old = node.run("passive").record.check("node.clock")
-    assert old is not None and old.status == "skip" and "old (max_age_s 1)" in old.detail
+    assert old is not None and old.status == "skip" and "old (max_age_s 1)" in old.message
