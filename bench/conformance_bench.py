@@ -32,14 +32,16 @@ from gpuforge.conformance.run import ConformanceDeps, ConformanceFleet, Conforma
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.node import drift
+from gpuforge.node.record import Drift
 from gpuforge.slurm.control import SlurmNode
 from gpuforge.validate.result import CheckResult, Status
 
 NODES = int(os.environ.get("NODES", "12500"))
 NIGHTS = int(os.environ.get("NIGHTS", "30"))
 T0 = 1_795_000_000.0
-FAILED = (("conformance.drift", "fail", "quarantine"),)
-DRIFTED = (("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
+#: A check result names its node: NodeResult fills in its own for the empty one.
+FAILED = (CheckResult("", "conformance.drift", Status.FAIL, action="quarantine"),)
+DRIFTED = (Drift("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
 DAY = 86400.0
 
 
