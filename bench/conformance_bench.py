@@ -32,13 +32,16 @@ from gpuforge.conformance.run import ConformanceDeps, ConformanceFleet, Conforma
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.node import drift
+from gpuforge.node.record import Drift
 from gpuforge.slurm.control import SlurmNode
+from gpuforge.validate.result import CheckResult, Status
 
 NODES = int(os.environ.get("NODES", "12500"))
 NIGHTS = int(os.environ.get("NIGHTS", "30"))
 T0 = 1_795_000_000.0
-FAILED = (("conformance.drift", "fail", "quarantine"),)
-DRIFTED = (("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
+#: A check result names its node: NodeResult fills in its own for the empty one.
+FAILED = (CheckResult("", "conformance.drift", Status.FAIL, action="quarantine"),)
+DRIFTED = (Drift("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
 DAY = 86400.0
 
 
@@ -51,17 +54,15 @@ def names(n: int) -> list[str]:
     return [f"gpu{i:05d}" for i in range(1, n + 1)]
 
 
-def passive_checks() -> list[dict[str, Any]]:
+def passive_checks() -> list[CheckResult]:
     checks = [
         "gpu.count", "gpu.model", "gpu.xid", "gpu.ecc_uncorrectable", "gpu.row_remap",
         "gpu.nvlink", "gpu.pcie_link", "gpu.throttle", "fabric.port", "fabric.mtu",
         "fabric.counters", "fabric.flaps", "software.versions", "software.services",
     ]  # fmt: skip
     return [
-        {"check": c, "status": "pass", "measured": "ok", "expected": "ok", "detail": "",
-         "evidence": "", "shadow": False, "streak": 12}
-        for c in checks
-    ]  # fmt: skip
+        CheckResult("", c, Status.PASS, measured="ok", expected="ok", streak=12) for c in checks
+    ]
 
 
 def fill(

@@ -85,11 +85,11 @@ def _print(outcome: ConformanceOutcome, paths: Mapping[str, Path]) -> None:
         if nodes:
             click.echo(f"  {label}: {', '.join(nodes[:50])}" + (" ..." if len(nodes) > 50 else ""))
     for node in ch.new_failures + ch.still_failing:
-        for kind, item, want, got in ch.results[node].drift[:20]:
-            click.echo(f"    {node} {kind} {item}: desired {want!r}, actual {got!r}")
+        for d in ch.results[node].drift[:20]:
+            click.echo(f"    {node} {d.kind} {d.item}: desired {d.desired!r}, actual {d.actual!r}")
     for node, items in sorted(ch.drift_fixed.items()):
-        for kind, item, _, _ in items[:20]:
-            click.echo(f"    {node} fixed: {kind} {item}")
+        for d in items[:20]:
+            click.echo(f"    {node} fixed: {d.kind} {d.item}")
     if ch.repeat_offenders:
         click.echo(f"  repeat offenders: {ch.repeat_offenders}")
     if ch.short:
@@ -267,7 +267,7 @@ def history_cmd(node: str, cluster: str | None, limit: int, state_dir: Path, as_
         return
     for r, x in rows:
         when = datetime.fromtimestamp(r.started, UTC).strftime("%Y-%m-%dT%H:%MZ")
-        drift = "; ".join(f"{k} {i}" for k, i, _, _ in x.drift)
+        drift = "; ".join(f"{d.kind} {d.item}" for d in x.drift)
         click.echo(f"{when} run {r.id} {r.level}: {x.outcome} {x.why} {drift}".rstrip())
 
 

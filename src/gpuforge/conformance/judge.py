@@ -12,8 +12,9 @@ from typing import Any
 import hostlist
 
 from gpuforge.errors import InputError
-from gpuforge.history.conformance import NodeResult
+from gpuforge.history.conformance import NodeResult, failed_check
 from gpuforge.node import record as node_record
+from gpuforge.node.record import Drift
 from gpuforge.slurm.control import SlurmNode
 from gpuforge.validate.result import CheckResult, NodeVerdict, Status, decide
 
@@ -51,13 +52,10 @@ def judge(
     if rec.tier != "conformance":
         return NodeResult(node, "error", f"corrupt result: tier {rec.tier!r}, not conformance")
     failed = tuple(
-        (c.check, c.status, c.action or "")
-        for c in rec.checks
-        if not c.shadow and c.status not in {"pass", "skip"}
+        c for c in rec.checks if not c.shadow and c.status not in {Status.PASS, Status.SKIP}
     )
-    drift = tuple((d.kind, d.item, d.desired, d.actual) for d in rec.drift)
-    why = ",".join(c for c, s, _ in failed if s in {"fail", "error"})
-    return NodeResult(node, rec.verdict, why, failed, drift)
+    why = ",".join(c.check for c in failed if c.status in {Status.FAIL, Status.ERROR})
+    return NodeResult(node, rec.verdict, why, failed, rec.drift)
 
 
 def firmware_of(raw: Mapping[str, Any]) -> dict[str, str]:
@@ -74,7 +72,7 @@ def firmware_of(raw: Mapping[str, Any]) -> dict[str, str]:
 
 def firmware_outliers(
     firmware: Mapping[str, Mapping[str, str]], node_types: Mapping[str, str]
-) -> dict[str, list[tuple[str, str, str, str]]]:
+) -> dict[str, list[Drift]]:
     """Nodes whose firmware differs from the most common version of their node type.
 
     Only a clear majority is a reference: at least three nodes report the component and one
@@ -84,7 +82,7 @@ def firmware_outliers(
     for node, versions in firmware.items():
         for component, version in versions.items():
             by_type.setdefault((node_types.get(node, ""), component), {})[node] = version
-    out: dict[str, list[tuple[str, str, str, str]]] = {}
+    out: dict[str, list[Drift]] = {}
     for (_, component), seen in sorted(by_type.items()):
         if len(seen) < 3:
             continue
@@ -93,7 +91,7 @@ def firmware_outliers(
             continue
         for node, version in sorted(seen.items()):
             if version != common:
-                out.setdefault(node, []).append(("firmware", component, common, version))
+                out.setdefault(node, []).append(Drift("firmware", component, common, version))
     return out
 
 
@@ -123,10 +121,10 @@ def _slurm_value(key: str, value: str) -> str:
 
 def slurm_drift(
     desired: Mapping[str, Mapping[str, str]], states: Mapping[str, SlurmNode]
-) -> dict[str, list[tuple[str, str, str, str]]]:
+) -> dict[str, list[Drift]]:
     """Nodes whose settings in Slurm differ from the generated ``nodes.conf`` (someone ran
     ``scontrol update``, or edited the controller's file and reconfigured)."""
-    out: dict[str, list[tuple[str, str, str, str]]] = {}
+    out: dict[str, list[Drift]] = {}
     for node, wanted in sorted(desired.items()):
         state = states.get(node)
         if state is None:
@@ -134,18 +132,19 @@ def slurm_drift(
         for key, want in sorted(wanted.items()):
             got = state.fields.get(SLURM_SETTINGS[key], "")
             if _slurm_value(key, got) != _slurm_value(key, want):
-                out.setdefault(node, []).append(("slurm", key, want, got or "unset"))
+                out.setdefault(node, []).append(Drift("slurm", key, want, got or "unset"))
     return out
 
 
-def with_drift(result: NodeResult, items: list[tuple[str, str, str, str]]) -> NodeResult:
+def with_drift(result: NodeResult, items: list[Drift]) -> NodeResult:
     """``result`` with drift the controller found added (firmware, Slurm): a passing node then
     fails ``conformance.drift``."""
     if not items or result.outcome in {"not_checked", "error"}:
         return result
     failed = result.failed
-    if not any(c == DRIFT_CHECK and s == "fail" for c, s, _ in failed):
-        failed = (*[f for f in failed if f[0] != DRIFT_CHECK], (DRIFT_CHECK, "fail", "quarantine"))
+    if not any(c.check == DRIFT_CHECK and c.status is Status.FAIL for c in failed):
+        drift_failed = failed_check(result.node, DRIFT_CHECK, Status.FAIL, "quarantine")
+        failed = (*[c for c in failed if c.check != DRIFT_CHECK], drift_failed)
     why = ",".join(dict.fromkeys([*(result.why.split(",") if result.why else []), DRIFT_CHECK]))
     return NodeResult(result.node, "fail", why, failed, (*result.drift, *items))
 
@@ -163,10 +162,7 @@ def verdict(result: NodeResult) -> NodeVerdict | None:
             result.node,
             [CheckResult(result.node, "conformance.result", Status.ERROR, message=result.why)],
         )
-    checks = [
-        CheckResult(result.node, check, Status(status), action=action)
-        for check, status, action in result.failed
-    ]
+    checks = list(result.failed)
     if not checks:
         checks = [CheckResult(result.node, DRIFT_CHECK, Status.PASS)]
     return node_record.node_verdict(result.node, checks)

@@ -21,15 +21,19 @@ from gpuforge.atomic import write_atomic
 from gpuforge.history.conformance import ConformanceHistory, ConformanceRun, NodeResult
 from gpuforge.node import filediff
 from gpuforge.node.drift import CHECK as DRIFT_CHECK
+from gpuforge.node.record import Drift
 from gpuforge.reporting import render_page
 from gpuforge.reporting.junit import Case, Suite, to_junit
 from gpuforge.textfile import Family, render
+from gpuforge.validate.result import Status
 
 #: Failures within this many days that make a node a repeat offender (two or more).
 REPEAT_DAYS = 7.0
 REPEAT_MIN = 2
 #: The checks that report link flaps and drops (docs/health.md).
 FLAP_CHECKS = ("fabric.flaps",)
+#: The statuses of a flap check that make a node flapping.
+_FLAPPING = (Status.FAIL, Status.WARN)
 #: Rows of one HTML table before the rest is summarized.
 HTML_ROWS = 300
 _BAD = ("fail", "error")
@@ -68,8 +72,8 @@ class Changes:
     repeat_offenders: dict[str, int] = field(default_factory=dict)
     flapping: list[str] = field(default_factory=list)
     drift_by_kind: dict[str, int] = field(default_factory=dict)
-    drift_new: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
-    drift_fixed: dict[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
+    drift_new: dict[str, list[Drift]] = field(default_factory=dict)
+    drift_fixed: dict[str, list[Drift]] = field(default_factory=dict)
     heat: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     #: Drifted files' diffs against what their role rendered: ``{"diff", "nodes", "count"}``.
     file_diffs: list[dict[str, Any]] = field(default_factory=list)
@@ -109,11 +113,8 @@ class Changes:
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (changes first; every node's result last)."""
 
-        def items(d: Mapping[str, list[tuple[str, str, str, str]]]) -> dict[str, Any]:
-            return {
-                n: [{"kind": k, "item": i, "desired": w, "actual": a} for k, i, w, a in v]
-                for n, v in sorted(d.items())
-            }
+        def items(d: Mapping[str, list[Drift]]) -> dict[str, Any]:
+            return {n: [x.to_dict() for x in v] for n, v in sorted(d.items())}
 
         return {
             "schema": "gpuforge.conformance-report/1",
@@ -178,14 +179,14 @@ def compare(
             out.not_checked.append(node)
         elif old is not None and old.outcome in _BAD:
             out.cleared.append(node)
-        if any(c in FLAP_CHECKS and s in {"fail", "warn"} for c, s, _ in cur.failed):
+        if any(c.check in FLAP_CHECKS and c.status in _FLAPPING for c in cur.failed):
             out.flapping.append(node)
         for item in cur.drift:
-            out.drift_by_kind[item[0]] = out.drift_by_kind.get(item[0], 0) + 1
+            out.drift_by_kind[item.kind] = out.drift_by_kind.get(item.kind, 0) + 1
         if cur.outcome != "not_checked":
             old_drift = set(old.drift) if old and old.outcome != "not_checked" else set()
             added = [d for d in cur.drift if d not in old_drift]
-            fixed = sorted(old_drift - set(cur.drift))
+            fixed = sorted(old_drift - set(cur.drift), key=_drift_key)
             if added:
                 out.drift_new[node] = added
             if fixed:
@@ -195,6 +196,10 @@ def compare(
     out.heat = heat_map(now, placement)
     out.file_diffs = list((run.meta or {}).get(FILE_DIFFS_KEY) or [])
     return out
+
+
+def _drift_key(d: Drift) -> tuple[str, str, str, str]:
+    return (d.kind, d.item, d.desired, d.actual)
 
 
 def heat_map(
@@ -266,8 +271,11 @@ def junit(changes: Changes) -> str:
     cases = []
     for node, r in sorted(changes.results.items()):
         body = "\n".join(
-            [f"{c} {s} {a}".strip() for c, s, a in r.failed]
-            + [f"drift {k} {i}: desired {w!r}, actual {a!r}" for k, i, w, a in r.drift]
+            [f"{c.check} {c.status.value} {c.action}".strip() for c in r.failed]
+            + [
+                f"drift {d.kind} {d.item}: desired {d.desired!r}, actual {d.actual!r}"
+                for d in r.drift
+            ]
         )
         kind = outcome.get(r.outcome, "pass")
         text = body if kind in ("failure", "error") else ""
@@ -334,7 +342,7 @@ def render_html(changes: Changes) -> str:
             "drift-fixed",
             "Drift fixed since the previous run",
             ["node", "kind", "item"],
-            [(n, k, i) for n, v in sorted(changes.drift_fixed.items()) for k, i, _, _ in v],
+            [(n, d.kind, d.item) for n, v in sorted(changes.drift_fixed.items()) for d in v],
             "First run: nothing to compare with."
             if first
             else "No drift was fixed since the previous run.",
@@ -345,9 +353,9 @@ def render_html(changes: Changes) -> str:
                 "Failures",
                 ["node", "checks", "kind", "item", "desired", "actual"],
                 [
-                    (n, r[n].why, *(d if d else ("", "", "", "")))
+                    (n, r[n].why, *(_drift_key(d) if d is not None else ("", "", "", "")))
                     for n in failing
-                    for d in (r[n].drift or ((),))
+                    for d in (r[n].drift or (None,))
                 ],
                 "No node failed.",
             ),

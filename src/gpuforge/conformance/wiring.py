@@ -43,7 +43,7 @@ from gpuforge.slurm.control import SlurmClient
 from gpuforge.ssh import SshTarget
 from gpuforge.state_paths import collector_lock_of
 from gpuforge.validate import pipeline
-from gpuforge.validate.result import BatchSummary, Level
+from gpuforge.validate.result import BatchSummary, Level, Status
 
 if TYPE_CHECKING:
     from gpuforge.health.collector import CollectorServer
@@ -220,13 +220,9 @@ def burnin_results(summary: BatchSummary) -> dict[str, NodeResult]:
     """The nodes that failed (or could not be judged) in ``summary``, as conformance results."""
     out: dict[str, NodeResult] = {}
     for v in summary.nodes:
-        bad = tuple(
-            (r.check, r.status.value, r.action)
-            for r in v.results
-            if r.status.value in {"fail", "error"}
-        )
+        bad = tuple(r for r in v.results if r.status in {Status.FAIL, Status.ERROR})
         if bad:
-            worst = "fail" if any(s == "fail" for _, s, _ in bad) else "error"
+            worst = "fail" if any(r.status is Status.FAIL for r in bad) else "error"
             out[v.node] = NodeResult(v.node, worst, ",".join(v.reasons), bad)
     return out
 

@@ -6,8 +6,9 @@ made by that file's migration list, from this module's steps (:mod:`conformance_
 opens the file read-only and adds nothing to it: an older file without these tables reads as
 having no runs. Sized for 12,500 nodes x 365 nights (4.6 million rows): a row
 holds the node's outcome and, only when it did not pass, its failed checks and drift as compact
-JSON, so a year of a healthy fleet is about 200 MB; the primary key ``(node, run_id)`` answers a
-node's history from the index alone (measured in ``make bench``).
+JSON (``[check, status, action]`` per failed check, ``[kind, item, desired, actual]`` per
+drifted item), so a year of a healthy fleet is about 200 MB; the primary key ``(node, run_id)``
+answers a node's history from the index alone (measured in ``make bench``).
 
 Retention (:meth:`ConformanceHistory.prune`): rows of the last ``full_days`` (default 90) are
 kept as they are; older ``pass`` and ``not_checked`` rows are deleted, since a run's counts stay
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuforge.history.store import HistoryStore
+from gpuforge.node.record import Drift
+from gpuforge.validate.result import CheckResult, Status
 
 #: A node's outcome in one run: the record's verdict, or why it has none.
 OUTCOMES = ("pass", "warn", "fail", "error", "not_checked")
@@ -35,17 +38,26 @@ RUN_STATES = ("running", "complete", "partial")
 
 @dataclass(frozen=True)
 class NodeResult:
-    """One node's outcome in one run."""
+    """One node's outcome in one run.
+
+    ``failed``: the node's checks that did not pass (nor skip), as the record's
+    :class:`~gpuforge.validate.result.CheckResult`; ``drift``: its drifted items. A result keeps
+    of each check what its row stores, the node, check name, status and action
+    (:func:`failed_check`), so a result read back from the history equals the one written.
+    """
 
     node: str
     outcome: str
     why: str = ""
-    failed: tuple[tuple[str, str, str], ...] = ()
-    drift: tuple[tuple[str, str, str, str], ...] = ()
+    failed: tuple[CheckResult, ...] = ()
+    drift: tuple[Drift, ...] = ()
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome: {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
+        kept = tuple(failed_check(self.node, c.check, c.status, c.action) for c in self.failed)
+        object.__setattr__(self, "failed", kept)
+        object.__setattr__(self, "drift", tuple(self.drift))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -53,11 +65,18 @@ class NodeResult:
             "node": self.node,
             "outcome": self.outcome,
             "why": self.why,
-            "failed": [{"check": c, "status": s, "action": a} for c, s, a in self.failed],
-            "drift": [
-                {"kind": k, "item": i, "desired": d, "actual": a} for k, i, d, a in self.drift
+            "failed": [
+                {"check": c.check, "status": c.status.value, "action": c.action}
+                for c in self.failed
             ],
+            "drift": [d.to_dict() for d in self.drift],
         }
+
+
+def failed_check(node: str, check: str, status: str, action: str = "") -> CheckResult:
+    """A failed check as a conformance result keeps it: the name, status and action only (its
+    row's ``[check, status, action]``)."""
+    return CheckResult(node, check, Status(status), action=action)
 
 
 @dataclass(frozen=True)
@@ -101,13 +120,26 @@ def _run(row: Sequence[Any]) -> ConformanceRun:
 
 
 def _result(row: Sequence[Any]) -> NodeResult:
+    node = row[0]
     return NodeResult(
-        node=row[0],
+        node=node,
         outcome=row[1],
         why=row[2],
-        failed=tuple(tuple(x) for x in json.loads(row[3])),
-        drift=tuple(tuple(x) for x in json.loads(row[4])),
+        failed=tuple(failed_check(node, c, s, a) for c, s, a in json.loads(row[3])),
+        drift=tuple(Drift(k, i, d, a) for k, i, d, a in json.loads(row[4])),
     )
+
+
+def _failed_json(result: NodeResult) -> str:
+    """The row's ``failed`` column: ``[[check, status, action], ...]``."""
+    rows = [[c.check, c.status.value, c.action] for c in result.failed]
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def _drift_json(result: NodeResult) -> str:
+    """The row's ``drift`` column: ``[[kind, item, desired, actual], ...]``."""
+    rows = [[d.kind, d.item, d.desired, d.actual] for d in result.drift]
+    return json.dumps(rows, separators=(",", ":"))
 
 
 _RUN_COLS = "id, started, finished, level, state, nodes, counts, meta"
@@ -165,8 +197,8 @@ class ConformanceHistory:
                 run_id,
                 r.outcome,
                 r.why,
-                json.dumps([list(x) for x in r.failed], separators=(",", ":")),
-                json.dumps([list(x) for x in r.drift], separators=(",", ":")),
+                _failed_json(r),
+                _drift_json(r),
             )
             for r in results
         ]

@@ -18,8 +18,10 @@ from gpuforge.errors import InputError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.inventory.reader import ClusterView, InventoryDir
+from gpuforge.node.record import Drift
 from gpuforge.resources import project_path
 from gpuforge.state_paths import StatePaths
+from gpuforge.validate.result import CheckResult, Status
 
 SAMPLE = project_path("inventory", "sample")
 
@@ -65,8 +67,8 @@ def _seed(state: Path) -> None:
                 "gpu01",
                 "fail",
                 "conformance.drift",
-                (("conformance.drift", "fail", "quarantine"),),
-                (("service", "nvidia-dcgm", "active", "not active"),),
+                (CheckResult("gpu01", "conformance.drift", Status.FAIL, action="quarantine"),),
+                (Drift("service", "nvidia-dcgm", "active", "not active"),),
             )
         ]
         + [NodeResult(f"gpu0{i}", "pass") for i in range(2, 9)],

@@ -18,9 +18,10 @@ from gpuforge.errors import InputError, OperationError
 from gpuforge.history.conformance import ConformanceHistory, NodeResult
 from gpuforge.history.store import HistoryStore
 from gpuforge.node import drift
+from gpuforge.node.record import Drift
 from gpuforge.rollout.lock import LockHeld, cluster_lock
 from gpuforge.slurm.control import NodeAction, SlurmNode
-from gpuforge.validate.result import NodeVerdict, Verdict
+from gpuforge.validate.result import CheckResult, NodeVerdict, Status, Verdict
 
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 T0 = 1_795_000_000.0
@@ -164,7 +165,7 @@ def test_one_sbatch_array_over_the_idle_nodes_and_each_node_judged(
     assert res["gpu02"].why == "busy (ALLOCATED)"
     assert "disk swap" in res["gpu05"].why
     assert "corrupt result" in res["gpu03"].why
-    assert res["gpu01"].drift == (("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
+    assert res["gpu01"].drift == (Drift("package", "libnccl2", "2.21.5-1", "2.25.1-1"),)
     # admission: the failed node is quarantined, the corrupt one held, unchecked ones untouched
     decided = {v.node: v.verdict for v in adm.verdicts}
     assert decided == {"gpu01": Verdict.QUARANTINE, "gpu03": Verdict.HOLD, "gpu04": Verdict.ADMIT}
@@ -186,9 +187,11 @@ def test_the_second_run_reports_what_was_fixed(
         FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "lock"
     ).changes
     assert changes.cleared == ["gpu01", "gpu03"]
-    assert changes.drift_fixed == {"gpu01": [("package", "libnccl2", "2.21.5-1", "2.25.1-1")]}
+    assert changes.drift_fixed == {"gpu01": [Drift("package", "libnccl2", "2.21.5-1", "2.25.1-1")]}
     assert changes.new_failures == ["gpu04"]
-    assert changes.drift_new == {"gpu04": [("sysctl", "net.core.rmem_max", "268435456", "212992")]}
+    assert changes.drift_new == {
+        "gpu04": [Drift("sysctl", "net.core.rmem_max", "268435456", "212992")]
+    }
     assert changes.drift_by_kind == {"sysctl": 1}
 
 
@@ -214,7 +217,7 @@ def test_firmware_odd_one_out_of_the_node_type_is_drift(
         FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes.results
     assert res["gpu05"].outcome == "fail"
-    assert res["gpu05"].drift == (("firmware", "vbios", "96.00.89", "95.00.11"),)
+    assert res["gpu05"].drift == (Drift("firmware", "vbios", "96.00.89", "95.00.11"),)
     assert all(res[n].outcome == "pass" for n in NODES if n != "gpu05")
 
 
@@ -248,14 +251,14 @@ def test_slurms_view_of_a_node_is_compared_with_the_generated_nodes_conf(
     res = run(
         fleet, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes.results
-    assert res["gpu02"].drift == (("slurm", "Features", "su01,r001", "su01,r001,nvme"),)
+    assert res["gpu02"].drift == (Drift("slurm", "Features", "su01,r001", "su01,r001,nvme"),)
     assert res["gpu05"].drift == (
-        ("slurm", "Gres", "gpu:h100:8", "gpu:h100:7"),
-        ("slurm", "Weight", "10", "1"),
+        Drift("slurm", "Gres", "gpu:h100:8", "gpu:h100:7"),
+        Drift("slurm", "Weight", "10", "1"),
     )
     assert {n for n, r in res.items() if r.outcome == "fail"} == {"gpu02", "gpu05"}
     assert all(
-        r.failed == (("conformance.drift", "fail", "quarantine"),)
+        r.failed == (CheckResult(n, "conformance.drift", Status.FAIL, action="quarantine"),)
         for n, r in res.items()
         if n in {"gpu02", "gpu05"}
     )
@@ -414,7 +417,7 @@ def test_burnin_runs_the_pipeline_only_on_nodes_that_passed_and_records_its_fail
 
     def active(nodes: Sequence[str]) -> Mapping[str, NodeResult]:
         asked.append(list(nodes))
-        bad = (("burnin.ib_write_bw.min", "fail", ""),)
+        bad = (CheckResult("gpu04", "burnin.ib_write_bw.min", Status.FAIL),)
         return {"gpu04": NodeResult("gpu04", "fail", "burnin.ib_write_bw.min", bad)}
 
     deps = deps_for(world)
@@ -515,7 +518,9 @@ def test_a_released_hold_fails_the_node_and_is_reported_as_drift(
         FLEET, history, ConformanceOptions(poll_s=0), deps_for(world), lock_path=tmp_path / "l"
     ).changes
     assert changes.new_failures == ["gpu04"]
-    assert changes.results["gpu04"].drift == (("package", "libnccl2 hold", "held", "not held"),)
+    assert changes.results["gpu04"].drift == (
+        Drift("package", "libnccl2 hold", "held", "not held"),
+    )
     assert changes.to_dict()["drift_new"]["gpu04"] == [
         {"kind": "package", "item": "libnccl2 hold", "desired": "held", "actual": "not held"}
     ]

@@ -88,7 +88,7 @@ def test_burnin_runs_in_a_window_admits_nothing_and_returns_the_failures(
     assert list(out) == ["gpu02"]
     assert (out["gpu02"].outcome, out["gpu02"].failed) == (
         "fail",
-        (("fabric.ib_bw[0]", "fail", "inspect"),),
+        (CheckResult("gpu02", "fabric.ib_bw[0]", Status.FAIL, action="inspect"),),
     )
 
 
