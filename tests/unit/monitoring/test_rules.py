@@ -195,9 +195,9 @@ def test_rail_leaves_only_on_a_rail_optimised_fabric() -> None:
 
 def test_records_for_12500_nodes_are_quick() -> None:
     cluster = load_cluster(EXAMPLES / "cluster-10k.yaml")
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a loaded machine's wait is not ours
     text = rules.records_file(cluster)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     racks = {n.rack for n in cluster.nodes if n.role == "gpu"}
     assert text.count("record: gpuforge:rack_power_budget_watts") == len(racks)
     assert elapsed < 2.0

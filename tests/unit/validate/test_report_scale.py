@@ -73,11 +73,11 @@ def test_thousand_node_report_opens_with_its_failures() -> None:
     summary = batch()
     assert summary.counts() == {"admit": 995, "quarantine": 3, "hold": 2}
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a loaded machine's wait is not ours
     page = to_html(summary)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
 
-    assert elapsed < 2.0, f"rendering took {elapsed:.1f} s"
+    assert elapsed < 2.0, f"rendering took {elapsed:.1f} CPU-s"
     assert len(page.encode()) < 300_000, f"{len(page.encode())} bytes"
 
     # The first section is the failures, quarantined before held, in the first few kilobytes.
