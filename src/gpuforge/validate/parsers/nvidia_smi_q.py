@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuforge.validate.parsers._common import (
@@ -20,15 +21,12 @@ from gpuforge.validate.parsers._common import (
     split_lines,
 )
 from gpuforge.validate.parsers.nvidia_smi_common import (
-    EccCounters,
+    FieldPaths,
     GpuInfo,
     NvidiaSmiReport,
-    RemappedRows,
+    gpu_info,
     integer,
-    number,
     reported,
-    sum_optional,
-    yes_no,
 )
 
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
@@ -86,49 +84,60 @@ def _read_section(lines: list[tuple[int, str]], section: _Section, warnings: lis
                 )
 
 
-def _first(fields: dict[str, str], *paths: str) -> str | None:
-    for path in paths:
-        if path in fields:
-            return fields[path]
-    return None
+#: Where ``-q`` text puts each value (``A/B/C`` paths of its indented keys).
+PATHS = FieldPaths(
+    product_name="Product Name",
+    architecture="Product Architecture",
+    serial="Serial Number",
+    uuid="GPU UUID",
+    minor_number="Minor Number",
+    vbios_version="VBIOS Version",
+    persistence_mode="Persistence Mode",
+    mig_mode="MIG Mode/Current",
+    pcie_gen_current="PCI/GPU Link Info/PCIe Generation/Current",
+    pcie_gen_max="PCI/GPU Link Info/PCIe Generation/Max",
+    pcie_width_current="PCI/GPU Link Info/Link Width/Current",
+    pcie_width_max="PCI/GPU Link Info/Link Width/Max",
+    temperature_c="Temperature/GPU Current Temp",
+    power_sections=("GPU Power Readings", "Power Readings"),
+    power_draw_w=("Power Draw", "Instantaneous Power Draw"),
+    power_limit_w=("Current Power Limit", "Power Limit"),
+    memory_total_mib="FB Memory Usage/Total",
+    memory_used_mib="FB Memory Usage/Used",
+    ecc_mode="ECC Mode/Current",
+    ecc_scopes=("Volatile", "Aggregate"),
+    ecc_base="ECC Errors/{scope}",
+    sram_correctable="SRAM Correctable",
+    sram_uncorrectable=(
+        "SRAM Uncorrectable",
+        "SRAM Uncorrectable Parity",
+        "SRAM Uncorrectable SEC-DED",
+    ),
+    dram_correctable="DRAM Correctable",
+    dram_uncorrectable="DRAM Uncorrectable",
+    retired_pages_sbe="Retired Pages/Single Bit ECC",
+    retired_pages_dbe="Retired Pages/Double Bit ECC",
+    retired_pages_pending="Retired Pages/Pending Page Blacklist",
+    remapped_base="Remapped Rows",
+    remapped_correctable="Correctable Error",
+    remapped_uncorrectable="Uncorrectable Error",
+    remapped_pending="Pending",
+    remapped_failure="Remapping Failure Occurred",
+    fabric_state="Fabric/State",
+    fabric_status="Fabric/Status",
+)
+_HISTOGRAM = "Remapped Rows/Bank Remap Availability Histogram/"
 
 
-def _ecc(fields: dict[str, str], scope: str) -> EccCounters | None:
-    base = f"ECC Errors/{scope}"
-    if not any(k.startswith(base + "/") for k in fields):
-        return None
-    return EccCounters(
-        sram_correctable=integer(fields.get(f"{base}/SRAM Correctable")),
-        sram_uncorrectable=sum_optional(
-            integer(fields.get(f"{base}/SRAM Uncorrectable")),
-            integer(fields.get(f"{base}/SRAM Uncorrectable Parity")),
-            integer(fields.get(f"{base}/SRAM Uncorrectable SEC-DED")),
-        ),
-        dram_correctable=integer(fields.get(f"{base}/DRAM Correctable")),
-        dram_uncorrectable=integer(fields.get(f"{base}/DRAM Uncorrectable")),
-    )
-
-
-def _remapped(fields: dict[str, str]) -> RemappedRows | None:
-    base = "Remapped Rows"
-    if not any(k.startswith(base + "/") for k in fields):
-        return None
-    histogram_base = f"{base}/Bank Remap Availability Histogram/"
-    histogram = {
-        k.removeprefix(histogram_base): value
+def _histogram(fields: Mapping[str, str]) -> dict[str, int]:
+    return {
+        k.removeprefix(_HISTOGRAM): value
         for k, v in fields.items()
-        if k.startswith(histogram_base) and (value := integer(v)) is not None
+        if k.startswith(_HISTOGRAM) and (value := integer(v)) is not None
     }
-    return RemappedRows(
-        correctable=integer(fields.get(f"{base}/Correctable Error")),
-        uncorrectable=integer(fields.get(f"{base}/Uncorrectable Error")),
-        pending=yes_no(fields.get(f"{base}/Pending")),
-        failure_occurred=yes_no(fields.get(f"{base}/Remapping Failure Occurred")),
-        bank_availability=histogram,
-    )
 
 
-def _event_reasons(fields: dict[str, str]) -> tuple[str, ...]:
+def _event_reasons(fields: Mapping[str, str]) -> tuple[str, ...]:
     active = []
     for path, value in fields.items():
         head, _, name = path.rpartition("/")
@@ -140,46 +149,7 @@ def _event_reasons(fields: dict[str, str]) -> tuple[str, ...]:
 
 def gpu_from_fields(bus_id: str | None, fields: dict[str, str]) -> GpuInfo:
     """Lift the values health checks use out of one GPU's ``-q`` fields."""
-    power = (
-        "GPU Power Readings"
-        if any(k.startswith("GPU Power Readings/") for k in fields)
-        else ("Power Readings")
-    )
-    return GpuInfo(
-        pci_bus_id=bus_id,
-        product_name=reported(fields.get("Product Name")),
-        architecture=reported(fields.get("Product Architecture")),
-        serial=reported(fields.get("Serial Number")),
-        uuid=reported(fields.get("GPU UUID")),
-        minor_number=integer(fields.get("Minor Number")),
-        vbios_version=reported(fields.get("VBIOS Version")),
-        persistence_mode=reported(fields.get("Persistence Mode")),
-        mig_mode=reported(fields.get("MIG Mode/Current")),
-        pcie_gen_current=integer(fields.get("PCI/GPU Link Info/PCIe Generation/Current")),
-        pcie_gen_max=integer(fields.get("PCI/GPU Link Info/PCIe Generation/Max")),
-        pcie_width_current=integer(fields.get("PCI/GPU Link Info/Link Width/Current")),
-        pcie_width_max=integer(fields.get("PCI/GPU Link Info/Link Width/Max")),
-        temperature_c=number(fields.get("Temperature/GPU Current Temp")),
-        power_draw_w=number(
-            _first(fields, f"{power}/Power Draw", f"{power}/Instantaneous Power Draw")
-        ),
-        power_limit_w=number(
-            _first(fields, f"{power}/Current Power Limit", f"{power}/Power Limit")
-        ),
-        memory_total_mib=integer(fields.get("FB Memory Usage/Total")),
-        memory_used_mib=integer(fields.get("FB Memory Usage/Used")),
-        ecc_mode=reported(fields.get("ECC Mode/Current")),
-        ecc_volatile=_ecc(fields, "Volatile"),
-        ecc_aggregate=_ecc(fields, "Aggregate"),
-        retired_pages_sbe=integer(fields.get("Retired Pages/Single Bit ECC")),
-        retired_pages_dbe=integer(fields.get("Retired Pages/Double Bit ECC")),
-        retired_pages_pending=yes_no(fields.get("Retired Pages/Pending Page Blacklist")),
-        remapped_rows=_remapped(fields),
-        fabric_state=reported(fields.get("Fabric/State")),
-        fabric_status=reported(fields.get("Fabric/Status")),
-        clocks_event_reasons_active=_event_reasons(fields),
-        fields=fields,
-    )
+    return gpu_info(bus_id, fields, PATHS, histogram=_histogram, event_reasons=_event_reasons)
 
 
 def parse(text: str) -> NvidiaSmiReport:  # noqa: PLR0912 - one branch per kind of line the tool prints

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Mapping
 
 from gpuforge.validate.parsers._common import ParseError, require_text
 from gpuforge.validate.parsers.nvidia_smi_common import (
-    EccCounters,
+    FieldPaths,
     GpuInfo,
     NvidiaSmiReport,
-    RemappedRows,
+    gpu_info,
     integer,
-    number,
     reported,
-    sum_optional,
-    yes_no,
 )
 
 _HISTOGRAM_PREFIX = "row_remapper_histogram_"
@@ -38,32 +36,51 @@ def _flatten(element: ET.Element, prefix: str, out: dict[str, str]) -> None:
             out[path] = (child.text or "").strip()
 
 
-def _first(fields: dict[str, str], *paths: str) -> str | None:
-    for path in paths:
-        if path in fields:
-            return fields[path]
-    return None
+#: Where ``-q -x`` puts each value (element paths below ``<gpu>``).
+PATHS = FieldPaths(
+    product_name="product_name",
+    architecture="product_architecture",
+    serial="serial",
+    uuid="uuid",
+    minor_number="minor_number",
+    vbios_version="vbios_version",
+    persistence_mode="persistence_mode",
+    mig_mode="mig_mode/current_mig",
+    pcie_gen_current="pci/pci_gpu_link_info/pcie_gen/current_link_gen",
+    pcie_gen_max="pci/pci_gpu_link_info/pcie_gen/max_link_gen",
+    pcie_width_current="pci/pci_gpu_link_info/link_widths/current_link_width",
+    pcie_width_max="pci/pci_gpu_link_info/link_widths/max_link_width",
+    temperature_c="temperature/gpu_temp",
+    power_sections=("gpu_power_readings", "power_readings"),
+    power_draw_w=("power_draw", "instant_power_draw"),
+    power_limit_w=("current_power_limit", "power_limit"),
+    memory_total_mib="fb_memory_usage/total",
+    memory_used_mib="fb_memory_usage/used",
+    ecc_mode="ecc_mode/current_ecc",
+    ecc_scopes=("volatile", "aggregate"),
+    ecc_base="ecc_errors/{scope}",
+    sram_correctable="sram_correctable",
+    sram_uncorrectable=(
+        "sram_uncorrectable",
+        "sram_uncorrectable_parity",
+        "sram_uncorrectable_secded",
+    ),
+    dram_correctable="dram_correctable",
+    dram_uncorrectable="dram_uncorrectable",
+    retired_pages_sbe="retired_pages/multiple_single_bit_retirement/retired_count",
+    retired_pages_dbe="retired_pages/double_bit_retirement/retired_count",
+    retired_pages_pending="retired_pages/pending_retirement",
+    remapped_base="remapped_rows",
+    remapped_correctable="remapped_row_corr",
+    remapped_uncorrectable="remapped_row_unc",
+    remapped_pending="remapped_row_pending",
+    remapped_failure="remapped_row_failure",
+    fabric_state="fabric/state",
+    fabric_status="fabric/status",
+)
 
 
-def _ecc(fields: dict[str, str], scope: str) -> EccCounters | None:
-    base = f"ecc_errors/{scope}"
-    if not any(k.startswith(base + "/") for k in fields):
-        return None
-    return EccCounters(
-        sram_correctable=integer(fields.get(f"{base}/sram_correctable")),
-        sram_uncorrectable=sum_optional(
-            integer(fields.get(f"{base}/sram_uncorrectable")),
-            integer(fields.get(f"{base}/sram_uncorrectable_parity")),
-            integer(fields.get(f"{base}/sram_uncorrectable_secded")),
-        ),
-        dram_correctable=integer(fields.get(f"{base}/dram_correctable")),
-        dram_uncorrectable=integer(fields.get(f"{base}/dram_uncorrectable")),
-    )
-
-
-def _remapped(fields: dict[str, str]) -> RemappedRows | None:
-    if not any(k.startswith("remapped_rows/") for k in fields):
-        return None  # "<remapped_rows>N/A</remapped_rows>" (MIG, or a GPU without remapping)
+def _histogram(fields: Mapping[str, str]) -> dict[str, int]:
     histogram = {}
     for path, value in fields.items():
         _, _, leaf = path.rpartition("/")
@@ -71,16 +88,10 @@ def _remapped(fields: dict[str, str]) -> RemappedRows | None:
             count = integer(value)
             if count is not None:
                 histogram[leaf.removeprefix(_HISTOGRAM_PREFIX).capitalize()] = count
-    return RemappedRows(
-        correctable=integer(fields.get("remapped_rows/remapped_row_corr")),
-        uncorrectable=integer(fields.get("remapped_rows/remapped_row_unc")),
-        pending=yes_no(fields.get("remapped_rows/remapped_row_pending")),
-        failure_occurred=yes_no(fields.get("remapped_rows/remapped_row_failure")),
-        bank_availability=histogram,
-    )
+    return histogram
 
 
-def _event_reasons(fields: dict[str, str]) -> tuple[str, ...]:
+def _event_reasons(fields: Mapping[str, str]) -> tuple[str, ...]:
     active = []
     for path, value in fields.items():
         head, _, leaf = path.rpartition("/")
@@ -94,48 +105,8 @@ def _event_reasons(fields: dict[str, str]) -> tuple[str, ...]:
 def _gpu(element: ET.Element) -> GpuInfo:
     fields: dict[str, str] = {}
     _flatten(element, "", fields)
-    power = (
-        "gpu_power_readings"
-        if "gpu_power_readings/power_draw" in fields
-        or any(k.startswith("gpu_power_readings/") for k in fields)
-        else "power_readings"
-    )
-    link = "pci/pci_gpu_link_info"
-    return GpuInfo(
-        pci_bus_id=element.get("id") or reported(fields.get("pci/pci_bus_id")),
-        product_name=reported(fields.get("product_name")),
-        architecture=reported(fields.get("product_architecture")),
-        serial=reported(fields.get("serial")),
-        uuid=reported(fields.get("uuid")),
-        minor_number=integer(fields.get("minor_number")),
-        vbios_version=reported(fields.get("vbios_version")),
-        persistence_mode=reported(fields.get("persistence_mode")),
-        mig_mode=reported(fields.get("mig_mode/current_mig")),
-        pcie_gen_current=integer(fields.get(f"{link}/pcie_gen/current_link_gen")),
-        pcie_gen_max=integer(fields.get(f"{link}/pcie_gen/max_link_gen")),
-        pcie_width_current=integer(fields.get(f"{link}/link_widths/current_link_width")),
-        pcie_width_max=integer(fields.get(f"{link}/link_widths/max_link_width")),
-        temperature_c=number(fields.get("temperature/gpu_temp")),
-        power_draw_w=number(_first(fields, f"{power}/power_draw", f"{power}/instant_power_draw")),
-        power_limit_w=number(
-            _first(fields, f"{power}/current_power_limit", f"{power}/power_limit")
-        ),
-        memory_total_mib=integer(fields.get("fb_memory_usage/total")),
-        memory_used_mib=integer(fields.get("fb_memory_usage/used")),
-        ecc_mode=reported(fields.get("ecc_mode/current_ecc")),
-        ecc_volatile=_ecc(fields, "volatile"),
-        ecc_aggregate=_ecc(fields, "aggregate"),
-        retired_pages_sbe=integer(
-            fields.get("retired_pages/multiple_single_bit_retirement/retired_count")
-        ),
-        retired_pages_dbe=integer(fields.get("retired_pages/double_bit_retirement/retired_count")),
-        retired_pages_pending=yes_no(fields.get("retired_pages/pending_retirement")),
-        remapped_rows=_remapped(fields),
-        fabric_state=reported(fields.get("fabric/state")),
-        fabric_status=reported(fields.get("fabric/status")),
-        clocks_event_reasons_active=_event_reasons(fields),
-        fields=fields,
-    )
+    bus_id = element.get("id") or reported(fields.get("pci/pci_bus_id"))
+    return gpu_info(bus_id, fields, PATHS, histogram=_histogram, event_reasons=_event_reasons)
 
 
 def parse(text: str) -> NvidiaSmiReport:
