@@ -83,6 +83,40 @@ via_option = click.option(
     "login node) over SSH with the inventory's connection settings.",
 )
 
+
+def report_dir_option(
+    help: str,
+    *,
+    default: Path | None = Path("reports"),
+    dest: str = "report_dir",
+) -> Callable[[_Command], _Command]:
+    """``--report-dir``: the one definition, each command saying what goes there."""
+    return click.option(
+        "--report-dir",
+        dest,
+        type=click.Path(file_okay=False, path_type=Path),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def max_fraction_option(
+    help: str = "Circuit breaker: most of the fleet drained per window.",
+    *,
+    default: float | None = 0.01,
+) -> Callable[[_Command], _Command]:
+    """``--max-fraction``: the circuit breaker's share of the fleet (or, in ``upgrade``, of a
+    partition's GPUs) out of service at once."""
+    return click.option(
+        "--max-fraction",
+        type=click.FloatRange(0, 1, min_open=True),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 here_option = click.option(
     "--here",
     is_flag=True,

@@ -21,7 +21,9 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    max_fraction_option,
     on_services_host,
+    report_dir_option,
     state_option,
     via_option,
 )
@@ -107,12 +109,9 @@ def conformance() -> None:
     """Nightly fleet conformance: drift and checks on idle nodes, history, what changed."""
 
 
-report_option = click.option(
-    "--report-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+report_option = report_dir_option(
+    "Where conformance.json, junit.xml and report.html go (one folder per run).",
     default=Path("build/conformance"),
-    show_default=True,
-    help="Where conformance.json, junit.xml and report.html go (one folder per run).",
 )
 textfile_option = click.option(
     "--textfile",
@@ -144,13 +143,7 @@ textfile_option = click.option(
 @click.option("--window", type=click.IntRange(min=1), default=60, show_default=True,
               help="Minutes within which every task must have started.")  # fmt: skip
 @click.option("--shadow", is_flag=True, help="Record verdicts, change nothing in Slurm.")
-@click.option(
-    "--max-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=0.01,
-    show_default=True,
-    help="Circuit breaker: most of the fleet drained per window.",
-)
+@max_fraction_option()
 @click.option(
     "--min-judged",
     type=click.FloatRange(0, 1, min_open=True),

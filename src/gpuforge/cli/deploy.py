@@ -16,6 +16,7 @@ from gpuforge.cli.common import (
     interruptible,
     inventory_option,
     json_option,
+    report_dir_option,
     state_option,
 )
 from gpuforge.cli.context import ClusterContext, spec_context, state_context
@@ -46,9 +47,7 @@ def store_and_lock(ctx: ClusterContext) -> tuple[StateStore, Path]:
 @click.option("--redo", is_flag=True, help="Provision and validate admitted nodes again.")
 @click.option("--force", "force_reason", help="Start although the previous gate failed; REASON.")
 @state_option
-@click.option(
-    "--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports")
-)
+@report_dir_option("Where the phase's validation and rollout reports go (one folder per run).")
 def deploy(  # noqa: PLR0917 - one parameter per CLI option
     phase_number: int,
     spec: Path,

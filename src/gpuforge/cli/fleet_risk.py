@@ -21,7 +21,14 @@ import hostlist
 
 from gpuforge.admission import record_path
 from gpuforge.atomic import atomic_open
-from gpuforge.cli.common import echo_json, json_option, on_services_host, state_option
+from gpuforge.cli.common import (
+    echo_json,
+    json_option,
+    max_fraction_option,
+    on_services_host,
+    report_dir_option,
+    state_option,
+)
 from gpuforge.cli.health import cluster_dir, inventory_option, open_history, slurm_client
 from gpuforge.errors import InputError, OperationError
 from gpuforge.health.fleet import Fleet
@@ -196,13 +203,7 @@ def _dur(seconds: float) -> str:
 )
 @click.option("--via", metavar="HOST", help="Run scontrol on HOST over SSH (the controller).")
 @click.option("--shadow", is_flag=True, help="With --drain-top: decide and record, change nothing.")
-@click.option(
-    "--max-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=0.01,
-    show_default=True,
-    help="Circuit breaker: most of the fleet drained per window.",
-)
+@max_fraction_option()
 @click.option(
     "--policy",
     "policy_file",
@@ -212,12 +213,11 @@ def _dur(seconds: float) -> str:
 )
 @click.option("--scorecard", is_flag=True, help="Report the precision of past predictions, and "
               "the calibration on labelled telemetry (failures after --at).")  # fmt: skip
-@click.option(
-    "--report-dir",
-    "risk_report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Also write the --json document to DIR/risk-<UTC time>.json (its path on stderr); a "
+@report_dir_option(
+    "Also write the --json document to DIR/risk-<UTC time>.json (its path on stderr); a "
     "path on the machine the command runs on (the services host with --from-store).",
+    default=None,
+    dest="risk_report_dir",
 )
 @click.option(
     "--textfile",

@@ -25,6 +25,7 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    max_fraction_option,
     on_services_host,
     state_option,
     via_option,
@@ -140,13 +141,7 @@ def _authenticator(
 )
 @via_option
 @state_option
-@click.option(
-    "--max-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=0.01,
-    show_default=True,
-    help="Circuit breaker: most of the fleet taken out of service per window.",
-)
+@max_fraction_option("Circuit breaker: most of the fleet taken out of service per window.")
 @click.option(
     "--max-per-leaf",
     type=click.IntRange(min=0),

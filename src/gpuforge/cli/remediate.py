@@ -23,6 +23,7 @@ from gpuforge.cli.common import (
     echo_json,
     inventory_option,
     json_option,
+    report_dir_option,
     state_option,
 )
 from gpuforge.cli.context import ClusterContext, cluster_context, cluster_root, state_paths
@@ -34,13 +35,9 @@ from gpuforge.slurm import control
 from gpuforge.slurm.control import SlurmClient
 from gpuforge.validate import pipeline
 
-report_option = click.option(
-    "--report-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("reports"),
-    show_default=True,
-    help="Reports go under <report-dir>/<cluster>/: remediate-<time>/ (validation, Ansible "
-    "events) and rma/ (evidence bundles); validation.json files there feed the bundles.",
+report_option = report_dir_option(
+    "Reports go under <report-dir>/<cluster>/: remediate-<time>/ (validation, Ansible "
+    "events) and rma/ (evidence bundles); validation.json files there feed the bundles."
 )
 
 

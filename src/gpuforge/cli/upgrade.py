@@ -11,7 +11,13 @@ from pathlib import Path
 
 import click
 
-from gpuforge.cli.common import echo_json, inventory_option, json_option, state_option
+from gpuforge.cli.common import (
+    echo_json,
+    inventory_option,
+    json_option,
+    max_fraction_option,
+    state_option,
+)
 from gpuforge.cli.context import state_paths
 from gpuforge.command import SshRunner
 from gpuforge.errors import InputError
@@ -41,10 +47,9 @@ def upgrade() -> None:
 
 def limits_options(func: click.decorators.FC) -> click.decorators.FC:
     """``--max-per-leaf`` and ``--max-fraction``, overriding the spec's ``upgrade:`` section."""
-    func = click.option(
-        "--max-fraction",
-        type=click.FloatRange(0.0, 1.0, min_open=True),
-        help="Share of the partition's GPUs out at once (default: spec upgrade.max_fraction).",
+    func = max_fraction_option(
+        "Share of the partition's GPUs out at once (default: spec upgrade.max_fraction).",
+        default=None,
     )(func)
     return click.option(
         "--max-per-leaf",

@@ -18,6 +18,7 @@ from gpuforge.cli.common import (
     interruptible,
     inventory_option,
     json_option,
+    report_dir_option,
     state_option,
 )
 from gpuforge.cli.context import spec_context
@@ -76,9 +77,7 @@ from gpuforge.upgrade.steps import AnsibleUpgradeSteps
     help="Seconds each node may take to report its versions.",
 )
 @limits_options
-@click.option(
-    "--report-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("reports")
-)
+@report_dir_option("Where each wave's validation reports go (one folder per wave).")
 @json_option
 def run_command(  # noqa: PLR0917 - click passes one parameter per option
     spec: Path,

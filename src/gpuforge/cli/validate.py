@@ -10,7 +10,7 @@ import hostlist
 from rich.console import Console
 from rich.table import Table
 
-from gpuforge.cli.common import cluster_option, inventory_option, state_option
+from gpuforge.cli.common import cluster_option, inventory_option, report_dir_option, state_option
 from gpuforge.cli.context import cluster_context, cluster_root
 from gpuforge.errors import InputError
 from gpuforge.rollout.validation import validate_and_admit
@@ -69,12 +69,8 @@ def _table(summary: BatchSummary, actions: Sequence[NodeAction]) -> Table:
     is_flag=True,
     help="Drain failing nodes and resume passing ones gpuforge drained (docs/slurm.md).",
 )
-@click.option(
-    "--report-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("build/validate"),
-    show_default=True,
-    help="Where validation.json, junit.xml and report.html go.",
+@report_dir_option(
+    "Where validation.json, junit.xml and report.html go.", default=Path("build/validate")
 )
 @click.option("--gpu-burn-seconds", type=int, default=300, show_default=True)
 @click.option(
