@@ -506,7 +506,7 @@ def test_each_table_is_made_by_one_owner(tmp_path: Path) -> None:
     owners = ROLLOUT_SCHEMA.owners()
     assert owners == {"gpuforge.rollout.state": [1], "gpuforge.upgrade.run": [2]}
     assert HISTORY_SCHEMA.owners() == {
-        "gpuforge.history.store": [1, 3],
+        "gpuforge.history.store": [1, 3, 4],
         "gpuforge.history.conformance": [2],
     }
 

@@ -91,7 +91,8 @@ def render_text(status: FleetStatus, limit: int) -> list[str]:
     else:
         lines.append("drained   (Slurm not read)")
     lines.append(
-        f"stale     {_hosts(status.stale)} (no record for {STALE_AFTER} intervals, or never)"
+        f"stale     {_hosts(status.stale)} (no record received for {STALE_AFTER} intervals, "
+        "or never)"
     )
     ages = sorted((n for n in status.nodes if n.age_s is not None), key=lambda n: n.age_s or 0)
     if ages:

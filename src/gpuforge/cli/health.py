@@ -289,7 +289,8 @@ def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
     counters: bool,
     as_json: bool,
 ) -> None:
-    """Verdict changes and events of NODE, newest first.
+    """Verdict changes and events of NODE, newest first: in the order the collector received
+    them (its clock, first column), with the node's own time beside it where it differs.
 
     --cluster names the state's cluster; --inventory, a cluster directory (its cluster). Run on
     the services host when the cluster directory names one (docs/health.md).
@@ -317,15 +318,21 @@ def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
         return
     for tier, row in sorted(latest.items()):
         click.echo(
-            f"{node} {tier}: {row.verdict} at {iso(row.at)}"
+            f"{node} {tier}: {row.verdict} at {iso(row.at)} (node's clock), received "
+            f"{iso(row.received)}"
             + (f" ({row.signature})" if row.signature else "")
             + (f" request {dict(row.request)}" if row.request else "")
         )
     for e in entries:
+        received = e.received if e.received is not None else e.at
+        # The node's own time where it differs from the arrival (what the controller did is
+        # dated by the controller's clock: one time).
+        own = f"  [node's clock {iso(e.at)}]" if iso(e.at) != iso(received) else ""
         if e.event is None:
             click.echo(
-                f"{iso(e.at)}  {e.tier:<8} {e.previous or '-'} -> {e.verdict}"
+                f"{iso(received)}  {e.tier:<8} {e.previous or '-'} -> {e.verdict}"
                 + (f"  {e.checks}" if e.checks else "")
+                + own
             )
         else:
             ev = e.event
@@ -339,7 +346,7 @@ def history_cmd(  # noqa: PLR0917 - one parameter per CLI option
                 )
                 if x
             )
-            click.echo(f"{iso(e.at)}  {ev.kind:<8} {what} {ev.detail}".rstrip())
+            click.echo(f"{iso(received)}  {ev.kind:<8} {what} {ev.detail}".rstrip() + own)
     for s in snaps:
         moved = {k: v for k, v in s.counters.items() if v}
         click.echo(f"{iso(s.at)}  counters {len(s.counters)} ({len(moved)} non-zero) {moved}")

@@ -176,12 +176,19 @@ class Unmunge:
 
 @dataclass(frozen=True, slots=True)
 class Authentication:
-    """One record's authentication: ``status`` 200 (go on), 401 or 503 with ``error``."""
+    """One record's authentication: ``status`` 200 (go on), 401 or 503 with ``error``.
+
+    ``sent``: when the node encoded the credential, on the node's clock (munge's
+    ``ENCODE_TIME``; the node encodes it as it sends the record, a spooled one too), for an
+    authenticated record: with the record's ``started`` (the same clock) it gives the record's
+    age whatever the node's clock is off by (the collector's stale-request rule).
+    """
 
     status: int
     error: str = ""
     sequence: int | None = None
     authenticated: bool = False
+    sent: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -323,7 +330,8 @@ class Authenticator:
                 HTTPStatus.UNAUTHORIZED,
                 f"old sequence: {seq} is not above {last}, the last accepted (a replay)",
             )
-        return Authentication(HTTPStatus.OK, sequence=seq, authenticated=True)
+        sent = float(cred.encode_time) if cred.encode_time is not None else None
+        return Authentication(HTTPStatus.OK, sequence=seq, authenticated=True, sent=sent)
 
     def _decode(self, credential: str | None) -> Decoded:
         if not credential:

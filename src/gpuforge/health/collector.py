@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import socket
 import sqlite3
@@ -69,7 +70,7 @@ from gpuforge.health.fleet import (
     write_textfile,
 )
 from gpuforge.history.store import HistoryStore, Retention, parse_time
-from gpuforge.node.output import CLOCK_KEY, MUNGE_HEADER
+from gpuforge.node.output import CLOCK_KEY, MUNGE_HEADER, SENT_HEADER
 from gpuforge.node.record import from_dict
 from gpuforge.rollout.lock import LockHeld, cluster_lock, holder
 from gpuforge.slurm import control
@@ -98,7 +99,9 @@ IDLE_TIMEOUT_S = 10
 STORE_WAIT_S = 10.0
 DECIDE_WAIT_S = 120.0
 #: A request older than this (a spooled record sent late) is stored but not acted on: two of
-#: slurmd's default 300 s health check intervals.
+#: slurmd's default 300 s health check intervals. The age is the record's own, measured on the
+#: node's clock from its ``started`` to its sending (:func:`taken_at`), never the node's clock
+#: against the collector's.
 MAX_REQUEST_AGE_S = 600.0
 #: A record dated further ahead of the collector's clock than this is refused (422): a node's
 #: clock is wrong. NTP keeps nodes within milliseconds; 300 s is one health round.
@@ -219,6 +222,45 @@ def claim_history(history_db: Path, command: str) -> ExitStack:
     return stack
 
 
+def node_time(value: str | None) -> float | None:
+    """The node's clock from its ``X-Gpuforge-Sent`` header (epoch seconds), or None when it
+    sent none, or one that is not a finite number."""
+    if value is None or len(value) > 32:
+        return None
+    try:
+        sent = float(value)
+    except ValueError:
+        return None
+    return sent if math.isfinite(sent) else None
+
+
+def taken_at(started: float, sent: float | None, received: float) -> float:
+    """When a record was taken, on the collector's clock (what its request's age is measured
+    from, and what the decider compares with its resumes).
+
+    ``started`` and ``sent`` are both the node's clock (the record's start and its sending:
+    munge's encode time, or the ``X-Gpuforge-Sent`` header), so their difference is the
+    record's age however far the node's clock is off; the collector's ``received`` less that
+    age is when it was taken. A spooled record sent an hour late is an hour old, a fresh record
+    of a node 20 minutes behind is fresh. A record that names no send time (a node checker
+    before the header, without a credential) is dated by its ``started`` alone: the node's clock.
+    """
+    if sent is None:
+        return started
+    return received - max(0.0, sent - started)
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A record the collector takes: what to store, and what it knows of its time and order."""
+
+    record: dict[str, Any]
+    started: float
+    notes: list[str]  # what was left out of it
+    seq: int | None  # the node's sequence number (None without a valid credential)
+    sent: float | None  # the node's clock as it sent it (None: it named none)
+
+
 class _Refusal(Exception):  # noqa: N818 - a refusal, not a program error
     """A record the collector will not take: the status, the error, the counter it adds to."""
 
@@ -268,8 +310,8 @@ class Collector:
         self._writer: _Batcher[tuple[dict[str, Any], str, int | None], int] = _Batcher(
             "history-writer", self._store, max_batch
         )
-        self._decider: _Batcher[dict[str, Any], Decision] = _Batcher(
-            "decider", self.decider.decide, max_batch
+        self._decider: _Batcher[tuple[dict[str, Any], float], Decision] = _Batcher(
+            "decider", self._decide, max_batch
         )
         self._pruned = 0.0
         self._stop = threading.Event()
@@ -318,8 +360,14 @@ class Collector:
                 log.info("pruned history: %s", gone)
         return [1] * len(records)
 
-    def receive(self, body: bytes, peer: str, credential: str | None = None) -> Answer:
-        """Handle one posted record from address ``peer`` with its munge ``credential``.
+    def _decide(self, items: list[tuple[dict[str, Any], float]]) -> list[Decision]:
+        return self.decider.decide([r for r, _ in items], taken=[t for _, t in items])
+
+    def receive(
+        self, body: bytes, peer: str, credential: str | None = None, sent: str | None = None
+    ) -> Answer:
+        """Handle one posted record from address ``peer`` with its munge ``credential`` and the
+        node's clock as it sent it (``sent``, the ``X-Gpuforge-Sent`` header).
 
         Every refusal is one log line and a 4xx the node does not retry (a record the
         collector will always refuse is dropped by the node); 503 only when the store could not
@@ -327,14 +375,15 @@ class Collector:
         """
         now = self.clock()
         try:
-            record, started, notes, seq = self._admit(body, peer, now, credential)
+            taken = self._admit(body, peer, now, credential, sent)
         except _Refusal as exc:
             return self._refuse(peer, exc.status, str(exc), exc.kind)
+        record, notes = taken.record, taken.notes
         node = record["node"]
         # The body passed every check unchanged: stored as sent (no second serialisation).
         text = intake.dumps(record) if notes else body.decode("utf-8")
         try:
-            self._writer.submit((record, text, seq)).result(timeout=STORE_WAIT_S)
+            self._writer.submit((record, text, taken.seq)).result(timeout=STORE_WAIT_S)
         except Damaged as exc:  # the store's fault, not the record's: the node keeps it
             log.warning("%s: record from %s not stored (the node sends it again): %s",
                         peer, node, _one_line(str(exc)))  # fmt: skip
@@ -346,7 +395,11 @@ class Collector:
             log.warning("%s: record from %s not stored (the node sends it again): %s",
                         peer, node, _one_line(str(exc)))  # fmt: skip
             return Answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": f"not stored: {exc}"})
-        age = self.clock() - started
+        # The record's age on one clock (its start to its sending, both the node's), not the
+        # node's clock against the collector's: a node behind is still drained, a replay of an
+        # old spool is not acted on (docs/health.md, "Time and order are the collector's").
+        at = taken_at(taken.started, taken.sent, now)
+        age = self.clock() - at
         if not record.get("request"):
             decision = Decision(node, "none", "none", detail="no request")
         elif age > self.max_request_age_s:
@@ -354,12 +407,17 @@ class Collector:
             # date (the node rebooted since, or an operator acted); the node's next run asks again
             # if it still holds.
             op = str(record["request"].get("op"))
+            how = (
+                "from its start to its sending, on the node's clock"
+                if taken.sent is not None
+                else "its start, on the node's clock, to its arrival: it named no send time"
+            )
             decision = Decision(
-                node, op, "none", detail=f"stale request: the record is {age:.0f}s old"
+                node, op, "none", detail=f"stale request: the record is {age:.0f}s old ({how})"
             )
         else:
             try:
-                decision = self._decider.submit(record).result(timeout=DECIDE_WAIT_S)
+                decision = self._decider.submit((record, at)).result(timeout=DECIDE_WAIT_S)
             except Exception as exc:
                 op = str(record["request"].get("op"))
                 decision = Decision(node, op, "error", detail=f"not decided: {exc}")
@@ -370,10 +428,10 @@ class Collector:
         return Answer(HTTPStatus.OK, answer)
 
     def _admit(
-        self, body: bytes, peer: str, now: float, credential: str | None
-    ) -> tuple[dict[str, Any], float, list[str], int | None]:
-        """The record to store, its start time, what was left out of it and its node's sequence
-        number (None without a valid credential); or :class:`_Refusal`."""
+        self, body: bytes, peer: str, now: float, credential: str | None, sent: str | None
+    ) -> _Admitted:
+        """The record to store, with its start time, what was left out of it, its node's
+        sequence number and send time; or :class:`_Refusal`."""
         try:
             taken = intake.canonical(body)
             # A time the store cannot read is refused alone (named), not the whole record.
@@ -395,11 +453,16 @@ class Collector:
             )
         # The record's munge credential: after the source address, before its date.
         seq = None
+        # When the node sent it, on its clock: munge's encode time when the credential vouches
+        # for the record (a header could be changed in flight), else the node's header.
+        sent_at = node_time(sent)
         if self.auth is not None:
             verdict = self.auth.check(node, expected, body, credential)
             if not verdict.ok:
                 raise _Refusal(verdict.status, verdict.error)
             seq = verdict.sequence
+            if verdict.authenticated and verdict.sent is not None:
+                sent_at = verdict.sent
         try:
             started = parse_time(record["started"], "record.started")
         except InputError as exc:
@@ -432,7 +495,7 @@ class Collector:
                 self.counts["trimmed"] += 1
             log.warning("%s: record from %s stored without: %s", peer, node,
                         _one_line("; ".join(notes)))  # fmt: skip
-        return record, started, notes, seq
+        return _Admitted(record, started, notes, seq, sent_at)
 
     def _refuse(self, peer: str, status: int, error: str, kind: str) -> Answer:
         """One log line, one count, and the answer for a record the collector will not take."""
@@ -613,7 +676,13 @@ def wsgi_app(collector: Collector) -> WSGIApplication:
                               "Content-Length required")  # fmt: skip
             body = environ["wsgi.input"].read(int(length))
             credential = environ.get("HTTP_" + MUNGE_HEADER.upper().replace("-", "_"))
-            answer = collector.receive(body, peer, None if credential is None else str(credential))
+            sent = environ.get("HTTP_" + SENT_HEADER.upper().replace("-", "_"))
+            answer = collector.receive(
+                body,
+                peer,
+                None if credential is None else str(credential),
+                None if sent is None else str(sent),
+            )
             # The collector's clock in every answer, a refusal too: the node measures its own
             # clock against it (its node.clock check), with or without an NTP client.
             timed = {**answer.body, CLOCK_KEY: round(collector.clock(), 6)}

@@ -128,12 +128,26 @@ class Decider:
         self.store = store
         self._lock = threading.Lock()
 
-    def decide(self, records: Sequence[Mapping[str, Any]]) -> list[Decision]:
-        """One :class:`Decision` per record, in order; one admission call for the batch."""
-        with self._lock:
-            return self._decide(records)
+    def decide(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        taken: Sequence[float | None] | None = None,
+    ) -> list[Decision]:
+        """One :class:`Decision` per record, in order; one admission call for the batch.
 
-    def _decide(self, records: Sequence[Mapping[str, Any]]) -> list[Decision]:
+        ``taken``: when each record was taken, on the collector's clock
+        (:func:`gpuforge.health.collector.taken_at`); None (or a None for one record): its
+        ``started``, the node's clock.
+        """
+        if taken is not None and len(taken) != len(records):
+            raise ValueError("one time per record")
+        with self._lock:
+            return self._decide(records, taken or [None] * len(records))
+
+    def _decide(
+        self, records: Sequence[Mapping[str, Any]], taken: Sequence[float | None]
+    ) -> list[Decision]:
         out: list[Decision | None] = [None] * len(records)
         drains: list[tuple[_Todo, NodeVerdict]] = []
         resumes: list[tuple[int, Mapping[str, Any]]] = []
@@ -145,7 +159,7 @@ class Decider:
             if not op:
                 out[i] = Decision(node, "none", "none", detail="no request")
             elif op == "drain":
-                out[i], verdict = self._drain_plan(i, node, rec, req)
+                out[i], verdict = self._drain_plan(i, node, rec, req, taken[i])
                 if verdict is not None:
                     drains.append(verdict)
             elif op == "resume":
@@ -179,7 +193,12 @@ class Decider:
         return decisions
 
     def _drain_plan(
-        self, index: int, node: str, rec: Mapping[str, Any], req: Mapping[str, Any]
+        self,
+        index: int,
+        node: str,
+        rec: Mapping[str, Any],
+        req: Mapping[str, Any],
+        taken: float | None,
     ) -> tuple[Decision | None, tuple[_Todo, NodeVerdict] | None]:
         check = str(req.get("check") or "")
         action = str(req.get("action") or "quarantine")
@@ -196,7 +215,7 @@ class Decider:
                 detail=f"drain requested for {check or '(no check)'} but its status in the record "
                 f"is {found}: only a FAIL drains",
             ), None
-        resumed = self._resumed_since(node, rec)
+        resumed = self._resumed_since(node, rec, taken)
         if resumed:
             return Decision(
                 node,
@@ -218,14 +237,18 @@ class Decider:
         verdict = node_record.node_verdict(node, node_record.checks_of(rec), first=check)
         return None, (_Todo(index, node, check, action), verdict)
 
-    def _resumed_since(self, node: str, rec: Mapping[str, Any]) -> str:
+    def _resumed_since(self, node: str, rec: Mapping[str, Any], taken: float | None) -> str:
         """Who resumed ``node`` after ``rec`` was taken (validated since: an upgrade, a
-        remediation), or empty. A spooled record sent late must not drain the node again."""
-        try:
-            started = parse_time(rec.get("started"), "record.started")
-        except InputError:
-            return ""
-        for row in reversed(self.admission.record.actions(since=started, action="resume")):
+        remediation), or empty. A spooled record sent late must not drain the node again.
+
+        ``taken`` is the collector's clock, as the admission record's times are; without it the
+        record's ``started`` (a node whose clock is behind would look taken before a resume)."""
+        if taken is None:
+            try:
+                taken = parse_time(rec.get("started"), "record.started")
+            except InputError:
+                return ""
+        for row in reversed(self.admission.record.actions(since=taken, action="resume")):
             if row.action.node == node and row.action.changed and not row.action.shadow:
                 return f"the node was resumed by {row.source} ({row.action.detail or 'admitted'})"
         return ""

@@ -7,10 +7,13 @@ rail-0 leaves (the circuit breaker's groups), racks and SUs.
 
 :func:`fleet_status` joins the latest record of every node with Slurm's view: nodes by verdict
 and by action, drained by gpuforge (a reason :func:`gpuforge.admission.is_ours` parses) or by
-operators, the age of each verdict, and stale nodes (no record for more than ``stale_after``
-intervals). :func:`controller_metrics` renders it and the breaker's refusals as the textfile
-metrics docs/health.md lists (``gpuforge_fleet_*``, ``gpuforge_health_breaker_open``,
-``gpuforge_health_refused_drains_total``).
+operators, the age of each verdict, and stale nodes (no record *received* for more than
+``stale_after`` intervals). Ages and staleness are the collector's clock: the time it received
+each node's latest record, never the record's ``started`` (the node's clock, kept beside it as
+data): a node whose clock is behind is not stale while it sends, and one that stopped sending is
+stale whatever its clock said. :func:`controller_metrics` renders it and the breaker's refusals
+as the textfile metrics docs/health.md lists (``gpuforge_fleet_*``,
+``gpuforge_health_breaker_open``, ``gpuforge_health_refused_drains_total``).
 """
 
 from __future__ import annotations
@@ -101,9 +104,10 @@ class NodeStatus:
     verdict: str  # pass | warn | fail | error | none (no record)
     checks: str = ""  # the non-passing checks (history signature)
     action: str = ""  # the strongest action its failing checks name
-    at: float | None = None
-    age_s: float | None = None
+    at: float | None = None  # the latest record's start, the node's clock (data)
+    age_s: float | None = None  # since the collector received it
     stale: bool = True
+    received: float | None = None  # when the collector received it (its clock)
     slurm_state: str = ""
     drained_by: str = ""  # gpuforge | operator | ""
     reason: str = ""
@@ -112,6 +116,7 @@ class NodeStatus:
         """A JSON-ready view."""
         data = asdict(self)
         data["at"] = iso(self.at) if self.at is not None else None
+        data["received"] = iso(self.received) if self.received is not None else None
         return data
 
 
@@ -150,7 +155,8 @@ class FleetStatus:
 
     @property
     def stale(self) -> list[str]:
-        """Nodes whose last record is older than the stale limit, or that never reported."""
+        """Nodes whose last record was received longer ago than the stale limit, or that never
+        reported."""
         return [n.node for n in self.nodes if n.stale]
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,7 +225,8 @@ def fleet_status(
         if row is None:
             nodes.append(NodeStatus(name, NO_RECORD, **common))
             continue
-        age = max(0.0, now - row.at)
+        # The collector's clock on both sides: the node's started is data, not the measure.
+        age = max(0.0, now - row.received)
         nodes.append(
             NodeStatus(
                 name,
@@ -229,6 +236,7 @@ def fleet_status(
                 at=row.at,
                 age_s=age,
                 stale=age > limit,
+                received=row.received,
                 **common,
             )
         )
@@ -289,7 +297,7 @@ def controller_metrics(status: FleetStatus | None, breaker: BreakerState | None)
         families.append(
             Family.single(
                 "gpuforge_fleet_stale_nodes",
-                "GPU nodes without a record for 3 intervals.",
+                "GPU nodes without a record received for 3 intervals.",
                 len(status.stale),
             )
         )

@@ -20,8 +20,12 @@ Order: a record becomes its node's latest (of its tier) when it arrives, whateve
 whose sequence is below the latest's; the collector's authentication refuses a replayed or older
 sequence before it gets here). A node whose clock jumped backwards, or one dated long ago, cannot
 freeze the node's state: the next record it sends still changes the verdict and records the
-failure. The node's own time stays data: ``latest.at``, the time of the verdict changes, events
-and snapshots it causes (what ``health history`` shows); ``received`` is the collector's clock.
+failure. The node's own time stays data: ``latest.at``, the time (``at``) of the verdict changes,
+events and snapshots it causes. ``received`` is the collector's clock: in ``latest`` (what fleet
+status measures staleness from), and in ``verdicts`` and ``events`` (schema step 4), by which
+:meth:`HistoryStore.node_history` orders and filters a node's history (what ``health history``
+shows, both times beside each other). An event the controller writes (a drain, a remediation) is
+received when it is written: its ``at`` is the controller's clock already.
 
 Retention (:class:`Retention`, applied by :meth:`HistoryStore.prune`): snapshots 30 days, verdict
 changes and events 400 days, the records of pass/warn changes 30 days; latest rows are kept while
@@ -133,12 +137,32 @@ ALTER TABLE latest ADD COLUMN seq INTEGER;
 CREATE INDEX IF NOT EXISTS snapshots_arrival ON snapshots (node, id);
 """
 
+#: Version 4: a node's history in the order the collector received it. ``received`` (the
+#: collector's clock) on ``verdicts`` and ``events``; rows of an older file take their own time
+#: (``at``), the only one they have. Nullable only because ``ALTER TABLE`` cannot add a NOT NULL
+#: column without a default: every writer sets it.
+_V4 = """
+ALTER TABLE verdicts ADD COLUMN received REAL;
+UPDATE verdicts SET received = at;
+CREATE INDEX IF NOT EXISTS verdicts_arrival ON verdicts (node, received, at);
+ALTER TABLE events ADD COLUMN received REAL;
+UPDATE events SET received = at;
+CREATE INDEX IF NOT EXISTS events_arrival ON events (node, received, at);
+"""
+
 OWNER = "gpuforge.history.store"
 
 #: Each step of the history database, in order (the file's one migration list), with its owner:
 #: this module's tables, then conformance's (:mod:`gpuforge.history.conformance_tables`), then
 #: this module's again (steps are appended, never inserted).
-STEPS: tuple[Step, ...] = (Step(OWNER, _V1), *conformance_tables.STEPS, Step(OWNER, _V3))
+STEPS: tuple[Step, ...] = (
+    Step(OWNER, _V1),
+    *conformance_tables.STEPS,
+    Step(OWNER, _V3),
+    Step(OWNER, _V4),
+)
+#: The first schema version whose ``verdicts`` and ``events`` have ``received``.
+ARRIVAL_VERSION = STEPS.index(Step(OWNER, _V4)) + 1
 
 
 def _legacy(conn: sqlite3.Connection) -> int:
@@ -328,7 +352,11 @@ class HistoryEvent:
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One line of a node's history: a verdict change (``kind`` ``verdict``) or an event."""
+    """One line of a node's history: a verdict change (``kind`` ``verdict``) or an event.
+
+    ``at``: its own time (the node's clock for what the node reported, the controller's for
+    what the controller did); ``received``: when the collector received it (its order).
+    """
 
     at: float
     kind: str
@@ -337,13 +365,16 @@ class HistoryEntry:
     previous: str | None = None
     checks: str = ""
     event: HistoryEvent | None = None
+    received: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
+        received = iso(self.received if self.received is not None else self.at)
         if self.event is not None:
-            return self.event.to_dict()
+            return {**self.event.to_dict(), "received": received}
         return {
             "at": iso(self.at),
+            "received": received,
             "kind": self.kind,
             "tier": self.tier,
             "verdict": self.verdict,
@@ -495,7 +526,7 @@ class HistoryStore:
                     "SELECT at, verdict, signature, seq FROM latest WHERE node = ? AND tier = ?",
                     (f.node, f.tier),
                 ).fetchone()
-                events += self._store_events(db, f)
+                events += self._store_events(db, f, now)
                 if prev is not None and seq is not None and prev[3] is not None and seq < prev[3]:
                     continue
                 changed = prev is None or (prev[1], prev[2]) != (f.verdict, f.signature)
@@ -517,18 +548,19 @@ class HistoryStore:
                 if changed:
                     changes += 1
                     cur = db.execute(
-                        "INSERT INTO verdicts (node, tier, at, verdict, previous, signature)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature),
-                    )
+                        "INSERT INTO verdicts (node, tier, at, verdict, previous, signature,"
+                        " received) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (f.node, f.tier, f.at, f.verdict, prev[1] if prev else None, f.signature,
+                         now),
+                    )  # fmt: skip
                     db.execute(
                         "INSERT INTO change_records VALUES (?, ?)", (cur.lastrowid, _pack(f.text))
                     )
                     if f.verdict == "fail" and (prev is None or prev[1] != "fail"):
                         db.execute(
-                            "INSERT INTO events (at, node, kind, check_name, source, detail)"
-                            " VALUES (?, ?, 'failure', ?, 'health', ?)",
-                            (f.at, f.node, f.signature.split("=", 1)[0], f.signature),
+                            "INSERT INTO events (at, node, kind, check_name, source, detail,"
+                            " received) VALUES (?, ?, 'failure', ?, 'health', ?, ?)",
+                            (f.at, f.node, f.signature.split("=", 1)[0], f.signature, now),
                         )
                         events += 1
                 verdict_changed = changed and (prev is None or prev[1] != f.verdict)
@@ -536,7 +568,7 @@ class HistoryStore:
         return IngestResult(len(parsed), changes, snaps, events)
 
     @staticmethod
-    def _store_events(db: sqlite3.Connection, f: _Fields) -> int:
+    def _store_events(db: sqlite3.Connection, f: _Fields, received: float) -> int:
         stored = 0
         for e in f.events:
             kind = str(e.get("event") or "event")
@@ -544,9 +576,11 @@ class HistoryStore:
             # stored at the record's own start time rather than refusing the whole record.
             when = e.get("time")
             at = f.at if when is None else parse_time(when, f"record from {f.node}: events: time")
+            # Re-sent (the same key): ignored, so an event keeps the time it first arrived.
             cur = db.execute(
                 "INSERT OR IGNORE INTO events (at, node, kind, check_name, action, code, gpu,"
-                " source, detail, data, key) VALUES (?, ?, ?, ?, ?, ?, ?, 'node', ?, ?, ?)",
+                " source, detail, data, key, received)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'node', ?, ?, ?, ?)",
                 (
                     at,
                     f.node,
@@ -558,6 +592,7 @@ class HistoryStore:
                     str(e.get("detail") or ""),
                     json.dumps(e, sort_keys=True, default=str),
                     _event_key(f.node, e),
+                    received,
                 ),
             )
             stored += cur.rowcount
@@ -612,7 +647,11 @@ class HistoryStore:
                                       data)])  # fmt: skip
 
     def add_events(self, events: Iterable[HistoryEvent]) -> None:
-        """Record several events in one transaction."""
+        """Record several events in one transaction.
+
+        The controller's own events: their time is the controller's clock, so each is received
+        at its ``at`` (the order of a node's history, module docstring).
+        """
         rows = list(events)
         for e in rows:
             if e.kind not in EVENT_KINDS:
@@ -620,10 +659,10 @@ class HistoryStore:
         with self.transaction() as db:
             db.executemany(
                 "INSERT INTO events (at, node, kind, check_name, action, code, gpu, source,"
-                " detail, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " detail, data, received) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (e.at, e.node, e.kind, e.check, e.action, e.code, e.gpu, e.source, e.detail,
-                     json.dumps(dict(e.data or {}), sort_keys=True, default=str))
+                     json.dumps(dict(e.data or {}), sort_keys=True, default=str), e.at)
                     for e in rows
                 ],
             )  # fmt: skip
@@ -694,32 +733,50 @@ class HistoryStore:
             args = (tier,)
         out: dict[str, LatestRow] = {}
         with self._read() as db:
-            for r in db.execute(query + " ORDER BY node, at", args):
+            # Per node, the row received last wins (tier None): the collector's order.
+            for r in db.execute(query + " ORDER BY node, received, at", args):
                 out[r[0]] = _latest(r)
         return out
+
+    def _arrival(self) -> str:
+        """The column that says when a history row was received: ``received``, or in a file
+        opened read-only before schema step 4 (no such column) the row's own time."""
+        return "received" if self.database.version >= ARRIVAL_VERSION else "at"
 
     def node_history(
         self, node: str, since: float | None = None, limit: int | None = None
     ) -> list[HistoryEntry]:
-        """Verdict changes and events of ``node`` at or after ``since``, newest first."""
+        """Verdict changes and events of ``node`` received at or after ``since``, newest first.
+
+        In the order the collector received them (``received``), never by the node's clock: a
+        node whose clock is behind or ahead lists its records where they arrived; entries that
+        arrived together (a record's verdict change, its failure and its events) by their own
+        time.
+        """
         start = since if since is not None else 0.0
         cap = limit if limit is not None else -1
+        arrival = self._arrival()
+        order = f"WHERE node = ? AND {arrival} >= ? ORDER BY {arrival} DESC, at DESC, id DESC"
         with self._read() as db:
             verdicts = db.execute(
-                "SELECT at, tier, verdict, previous, signature FROM verdicts"
-                " WHERE node = ? AND at >= ? ORDER BY at DESC LIMIT ?",
+                f"SELECT at, tier, verdict, previous, signature, {arrival} FROM verdicts "  # noqa: S608 - one of two column names
+                + order
+                + " LIMIT ?",
                 (node, start, cap),
             ).fetchall()
             events = db.execute(
-                _EVENT_SELECT + " WHERE node = ? AND at >= ? ORDER BY at DESC LIMIT ?",
+                f"SELECT {_EVENT_COLUMNS}, {arrival} FROM events " + order + " LIMIT ?",  # noqa: S608 - one of two column names
                 (node, start, cap),
             ).fetchall()
         entries = [
             HistoryEntry(at=r[0], kind="verdict", tier=r[1], verdict=r[2], previous=r[3],
-                         checks=r[4])
+                         checks=r[4], received=r[5])
             for r in verdicts
-        ] + [HistoryEntry(at=e.at, kind=e.kind, event=e) for e in map(_event, events)]  # fmt: skip
-        entries.sort(key=lambda h: h.at, reverse=True)
+        ] + [
+            HistoryEntry(at=e.at, kind=e.kind, event=e, received=r[10])
+            for e, r in ((_event(r), r) for r in events)
+        ]  # fmt: skip
+        entries.sort(key=lambda h: (h.received or 0.0, h.at), reverse=True)  # stable: ties kept
         return entries[:limit] if limit is not None else entries
 
     def events(
@@ -771,9 +828,8 @@ class HistoryStore:
         return [dict(json.loads(_unpack(r[0]))) for r in rows]
 
 
-_EVENT_SELECT = (
-    "SELECT at, node, kind, check_name, action, code, gpu, source, detail, data FROM events"
-)
+_EVENT_COLUMNS = "at, node, kind, check_name, action, code, gpu, source, detail, data"
+_EVENT_SELECT = f"SELECT {_EVENT_COLUMNS} FROM events"  # noqa: S608 - a constant
 
 
 def _latest(r: Sequence[Any]) -> LatestRow:

@@ -12,7 +12,9 @@ Each record is sent with a munge credential (header ``X-Gpuforge-Munge``, docs/h
 exact body and the node's next sequence number (``<state_dir>/sequence``). One process at a time
 sends (``<state_dir>/.send.lock``), so the collector sees a node's sequence rise. When munge is
 missing or fails the record goes without a credential, the collector decides, and one line on
-stderr says why.
+stderr says why. Each record also carries the node's clock as it is sent (header
+``X-Gpuforge-Sent``): how old a spooled record is, on one clock (the collector acts on no
+request of a record taken long before it was sent).
 
 Every answer of the collector carries its clock (``collector_time``, epoch seconds, also on a
 refusal): the delivery measures the node's clock against it, half the round trip corrected
@@ -50,6 +52,11 @@ STATUS_VALUE = {"pass": 0, "warn": 1, "fail": 2, "error": 3}
 SPOOL = "spool"
 #: The request header that carries a record's munge credential.
 MUNGE_HEADER = "X-Gpuforge-Munge"
+#: The request header that carries the node's clock as it sends a record (epoch seconds): with
+#: the record's ``started`` (the same clock) it says how old the record is, however far the
+#: node's clock is off (the collector's stale-request rule reads munge's encode time instead
+#: when the record is authenticated).
+SENT_HEADER = "X-Gpuforge-Sent"
 #: Seconds ``munge`` may take (it answers in milliseconds from the local munged).
 MUNGE_TIMEOUT_S = 1.0
 #: The payload's schema: ``{"v": 1, "node": ..., "sha256": ..., "seq": ...}``.
@@ -367,9 +374,11 @@ def _send(
             continue
         credential, why = seal(config, body, deadline=deadline, socket=munge_socket)
         unsigned = unsigned or why
-        headers = {MUNGE_HEADER: credential} if credential else {}
         left = deadline - time.monotonic()
         sent_at, start = time.time(), time.monotonic()
+        headers = {SENT_HEADER: f"{sent_at:.3f}"}
+        if credential:
+            headers[MUNGE_HEADER] = credential
         try:
             answer = post(url, body, min(config.collector.timeout_s, max(left, 0.05)), headers)
         except urllib.error.HTTPError as exc:

@@ -36,9 +36,10 @@ def state(tmp_path: Path) -> Path:
     xid = {"time": "2026-11-18T11:10:00Z", "gpu": 3, "event": "xid", "code": 79, "detail": "off"}
     with HistoryStore.open(history_path(tmp_path, "lab")) as store:
         for i in range(1, 7):  # gpu07 and gpu08 never report
-            store.ingest([record(f"gpu{i:02d}", at=T0)])
+            store.ingest([record(f"gpu{i:02d}", at=T0)], received=T0)
         store.ingest([record("gpu03", at=T0 + 300, verdict="fail",
-                             failed=(("gpu.xid", "reboot"),), events=[xid])])  # fmt: skip
+                             failed=(("gpu.xid", "reboot"),), events=[xid])],
+                     received=T0 + 300)  # fmt: skip
         store.add_event("gpu03", "drain", at=T0 + 301, check="gpu.xid", action="reboot",
                         source="health", detail="failed gpu.xid")  # fmt: skip
     return tmp_path
@@ -60,7 +61,12 @@ def test_history_json_and_since(state: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["latest"]["passive"]["verdict"] == "fail"
-    assert [h["kind"] for h in data["history"]] == ["drain", "verdict", "failure"]
+    # --since is by arrival: the Xid the node dated 11:10:00 came with the failing record.
+    assert [h["kind"] for h in data["history"]] == ["drain", "verdict", "failure", "xid"]
+    assert [(h["at"], h["received"]) for h in data["history"]][-1] == (
+        "2026-11-18T11:10:00Z",
+        "2026-11-18T11:11:40Z",
+    )
 
 
 def test_history_of_an_unknown_node_is_bad_input(state: Path) -> None:
@@ -107,6 +113,74 @@ def test_fleet_status_groups_nodes(
     data = json.loads(result.output)
     assert data["counts"]["drained"] == {"gpuforge": 1, "operator": 1}
     assert data["counts"]["stale"] == 2
+
+
+def _skewed_state(tmp_path: Path) -> Path:
+    """Four nodes, the collector's clock at T0: gpu01 20 minutes behind and gpu02 4 minutes
+    ahead (within the collector's 300 s), both sending; gpu03 behind, silent for 30 minutes, and
+    gpu04 ahead, silent for 16 minutes."""
+    with HistoryStore.open(history_path(tmp_path, "lab")) as store:
+        store.ingest([record("gpu01", at=T0 - 60 - 1200)], received=T0 - 60)
+        store.ingest([record("gpu02", at=T0 - 60 + 240)], received=T0 - 60)
+        store.ingest([record("gpu03", at=T0 - 1800 - 1200)], received=T0 - 1800)
+        store.ingest([record("gpu04", at=T0 - 960 + 240)], received=T0 - 960)
+        store.ingest([record("gpu05", at=T0 - 60)], received=T0 - 60)
+        store.ingest([record("gpu06", at=T0 - 60)], received=T0 - 60)
+    return tmp_path
+
+
+def test_fleet_status_measures_staleness_from_the_receive_time(
+    tmp_path: Path, cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stale: nothing *received* for 3 intervals (900 s). A node 20 minutes behind that sends
+    is not stale (its record's own date is 21 minutes old); one 4 minutes ahead that stopped 16
+    minutes ago is (its record's date says 12 minutes)."""
+    state = _skewed_state(tmp_path)
+    monkeypatch.setattr(fleet_cli.time, "time", lambda: T0)
+    result = run("fleet", "status", "--inventory", cluster_dir, "--state-dir", state,
+                 "--no-slurm", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    nodes = {n["node"]: n for n in data["nodes"]}
+    assert sorted(n for n, v in nodes.items() if v["stale"]) == [
+        "gpu03", "gpu04", "gpu07", "gpu08"
+    ]  # fmt: skip
+    assert data["counts"]["stale"] == 4
+    assert (nodes["gpu01"]["age_s"], nodes["gpu02"]["age_s"]) == (60, 60)
+    # The node's time stays beside the collector's.
+    assert (nodes["gpu01"]["at"], nodes["gpu01"]["received"]) == (
+        "2026-11-18T10:45:40Z",
+        "2026-11-18T11:05:40Z",
+    )
+    text = run("fleet", "status", "--inventory", cluster_dir, "--state-dir", state, "--no-slurm")
+    assert "stale     gpu[03-04,07-08] (4) (no record received for 3 intervals" in text.output
+    assert "age       newest 1m, median 1m, oldest 30m (gpu03)" in text.output
+
+
+def test_history_is_in_the_order_received_with_the_nodes_time_beside(tmp_path: Path) -> None:
+    """gpu01's clock is 20 minutes behind: its failure, the controller's drain (the
+    controller's clock) and its recovery list in the order they happened at the collector,
+    each record's own time beside its arrival."""
+    with HistoryStore.open(history_path(tmp_path, "lab")) as store:
+        store.ingest([record("gpu01", at=T0 - 1200, verdict="fail",
+                             failed=(("gpu.xid", "reboot"),))], received=T0)  # fmt: skip
+        store.add_event("gpu01", "drain", at=T0 + 1, check="gpu.xid", action="reboot",
+                        source="health")  # fmt: skip
+        store.ingest([record("gpu01", at=T0 + 300 - 1200)], received=T0 + 300)
+    result = run("health", "history", "gpu01", "--state-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == (
+        "gpu01 passive: pass at 2026-11-18T10:51:40Z (node's clock), received 2026-11-18T11:11:40Z"
+    )
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["2026-11-18T11:11:40Z", "passive"],
+        ["2026-11-18T11:06:41Z", "drain"],
+        ["2026-11-18T11:06:40Z", "passive"],
+        ["2026-11-18T11:06:40Z", "failure"],
+    ]
+    assert lines[1].endswith("[node's clock 2026-11-18T10:51:40Z]")
+    assert "node's clock" not in lines[2]  # the controller's own event: one time
 
 
 @pytest.mark.parametrize(("via", "remote"), [(None, False), ("local", False)])

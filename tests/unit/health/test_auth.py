@@ -338,6 +338,60 @@ def test_a_forged_post_is_refused_and_an_unsigned_record_stays_spooled(
     assert "records sent without a credential: munge" in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("behind", [1200.0, -240.0], ids=["behind-20min", "ahead-4min"])
+def test_an_authenticated_request_is_aged_by_munges_encode_time(
+    make_decider: MakeDecider, munged: Munged, behind: float
+) -> None:
+    """This machine's munged is the node's, its clock ``behind`` the collector's: a fresh FAIL
+    drains; a record spooled an hour before its credential was encoded is not acted on, even
+    with a send-time header that says it is fresh (the credential's time wins over a header
+    that could be changed in flight)."""
+    leaves = {"gpu01": "leaf-a"}
+    decider, slurm, store = make_decider(leaves, DecisionPolicy(max_fraction=1.0))
+    fleet = Fleet("lab", ("gpu01",), {"gpu01": LOCAL}, leaves, {})
+    node_now = time.time()
+    collector = Collector(fleet, store, decider, clock=lambda: node_now + behind,
+                          auth=auth(munged))  # fmt: skip
+    drain = {"op": "drain", "check": "gpu.xid", "action": "reboot", "more": 0}
+    failing = {"verdict": "fail", "failed": (("gpu.xid", "reboot"),), "request": drain}
+    collector.start()
+    try:
+        old = body_of(at=node_now - 3600, **failing)
+        cred = munged.encode(output.munge_payload("gpu01", old, 1))
+        late = collector.receive(old, LOCAL, cred, sent=f"{node_now - 3599:.3f}")
+        fresh = body_of(at=node_now - 2, **failing)
+        cred = munged.encode(output.munge_payload("gpu01", fresh, 2))
+        now = collector.receive(fresh, LOCAL, cred)
+    finally:
+        collector.stop()
+    assert late.status == now.status == HTTPStatus.OK
+    assert late.body["decision"]["done"] == "none"
+    assert "stale request: the record is 36" in late.body["decision"]["detail"]
+    assert now.body["decision"]["done"] == "drained", now.body["decision"]
+    assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
+
+
+def test_the_node_sends_its_clock_with_each_record(tmp_path: Path) -> None:
+    """The X-Gpuforge-Sent header: the node's epoch as it sends (a spooled record too)."""
+    seen: list[dict[str, str]] = []
+
+    def fake_post(url: str, body: bytes, timeout: float, headers: dict[str, str]) -> dict[str, str]:
+        seen.append(dict(headers))
+        return {}
+
+    config = node_config("http://127.0.0.1:1", tmp_path / "node")
+    _spool(config, body_of(at=T0 - 3600), "00000000000000000001")
+    before = time.time()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(output, "post", fake_post)
+        delivery = output.deliver(config, deadline=time.monotonic() + 5,
+                                  munge_socket=tmp_path / "no.socket")  # fmt: skip
+    assert delivery.sent == 1
+    [headers] = seen
+    assert before <= float(headers[output.SENT_HEADER]) <= time.time()
+    assert output.MUNGE_HEADER not in headers  # munged unreachable: sent without a credential
+
+
 def test_the_sequence_rises_and_survives_a_wiped_state_dir(tmp_path: Path) -> None:
     config = node_config("http://127.0.0.1:1", tmp_path / "node")
     first = output.next_sequence(config, now=100.0)

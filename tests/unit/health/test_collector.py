@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,14 @@ from gpuforge.health.collector import (
 )
 from gpuforge.health.decide import DecisionPolicy
 from gpuforge.health.fleet import Fleet
+from gpuforge.history.store import iso
+from gpuforge.node.output import SENT_HEADER
+from gpuforge.validate.result import NodeVerdict, Verdict
 
 from ..history.records import T0, record
 from ..slurm.fake import FakeSlurm
 from .conftest import MakeDecider
-from .test_decide import drain_request
+from .test_decide import _quarantine, drain_request
 
 LOCAL = "127.0.0.1"
 
@@ -64,19 +68,29 @@ def serving(collector: Collector) -> Iterator[str]:
         collector.stop()
 
 
-def request(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+def request(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        conn.request(
+            method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})}
+        )
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read())
     finally:
         conn.close()
 
 
-def post(url: str, body: bytes) -> tuple[int, Any]:
-    return request(url, "POST", "/v1/records", body)
+def post(url: str, body: bytes, sent: float | None = None) -> tuple[int, Any]:
+    """POST a record; ``sent``: the node's clock as it sends it (its X-Gpuforge-Sent header)."""
+    headers = {SENT_HEADER: f"{sent:.3f}"} if sent is not None else {}
+    return request(url, "POST", "/v1/records", body, headers)
 
 
 def test_a_record_is_stored_and_answered(served: tuple[str, Collector, FakeSlurm]) -> None:
@@ -116,6 +130,86 @@ def test_a_late_spooled_request_is_stored_but_not_acted_on(
     assert "stale request" in body["decision"]["detail"]
     assert slurm.nodes["gpu01"] == ("IDLE", "")
     assert collector.store.node_history("gpu01")  # kept in the history all the same
+
+
+def _failing(at: float) -> bytes:
+    """A FAIL record of gpu01 started at ``at`` (the node's clock) asking to drain it."""
+    return json.dumps(drain_request("gpu01") | {"started": iso(at)}).encode()
+
+
+#: A node's clock against the collector's (at T0): 20 minutes behind, or 4 minutes ahead
+#: (inside the 300 s a record may be dated ahead).
+SKEWS = pytest.mark.parametrize("offset", [-1200.0, 240.0], ids=["behind-20min", "ahead-4min"])
+
+
+@SKEWS
+def test_a_fresh_request_acts_whatever_the_nodes_clock(
+    served: tuple[str, Collector, FakeSlurm], offset: float
+) -> None:
+    """Its age is its own (its start to its sending, both on the node's clock), not the node's
+    clock against the collector's: a node 20 minutes behind is drained on a fresh FAIL."""
+    url, collector, slurm = served
+    node_now = T0 + offset
+    status, body = post(url, _failing(node_now - 2), sent=node_now)
+    assert status == 200
+    assert body["decision"]["done"] == "drained", body["decision"]
+    assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
+    # Not stale in fleet status either: the collector received it now.
+    text = collector.write_metrics(read_slurm=False)
+    assert text is not None and "gpuforge_fleet_stale_nodes 2" in text.read_text()  # 02, 03
+
+
+@SKEWS
+def test_an_old_spooled_request_sent_now_is_not_acted_on(
+    served: tuple[str, Collector, FakeSlurm], offset: float
+) -> None:
+    """The node's spool after the collector was away: received now, taken 700 s before it was
+    sent. On a node 4 minutes ahead, its date against the collector's clock says 460 s (inside
+    600); on one 20 minutes behind, 1,900 s. Either way the record's own age, 700 s, decides."""
+    url, collector, slurm = served
+    node_now = T0 + offset
+    status, body = post(url, _failing(node_now - 700), sent=node_now)
+    assert status == 200
+    assert body["decision"]["done"] == "none"
+    assert "stale request: the record is 700s old" in body["decision"]["detail"]
+    assert "on the node's clock" in body["decision"]["detail"]
+    assert slurm.nodes["gpu01"] == ("IDLE", "")
+    assert collector.store.latest()["gpu01"].verdict == "fail"  # stored all the same
+
+
+def test_a_send_time_that_is_not_a_number_is_ignored(
+    served: tuple[str, Collector, FakeSlurm],
+) -> None:
+    """Then, as for a node checker that sends none, the record's start against the collector's
+    clock: an hour old is stale."""
+    url, _, slurm = served
+    for sent in ("soon", "nan", "inf", "1" * 40):
+        status, body = request(url, "POST", "/v1/records", _failing(T0 - 3600),
+                               {SENT_HEADER: sent})  # fmt: skip
+        assert status == 200
+        assert "it named no send time" in body["decision"]["detail"], sent
+    assert slurm.nodes["gpu01"] == ("IDLE", "")
+
+
+def test_a_resume_before_a_fresh_record_of_a_node_behind_does_not_supersede_it(
+    served: tuple[str, Collector, FakeSlurm],
+) -> None:
+    """A node 20 minutes behind, resumed by an upgrade 5 minutes ago: a record it took before
+    the resume is superseded, its fresh FAIL (taken after the resume on the collector's clock,
+    though its started says 20 minutes before) drains it."""
+    url, collector, slurm = served
+    upgrade = replace(collector.decider.admission, source="upgrade", breaker=None,
+                      clock=lambda: T0 - 300)  # fmt: skip
+    upgrade.admit([_quarantine("gpu01")])
+    upgrade.admit([NodeVerdict("gpu01", Verdict.ADMIT)])
+    assert slurm.nodes["gpu01"] == ("IDLE", "")
+    node_now = T0 - 1200
+    status, body = post(url, _failing(node_now - 400), sent=node_now)  # taken at T0 - 400
+    assert (status, body["decision"]["done"]) == (200, "none"), body["decision"]
+    assert "superseded" in body["decision"]["detail"]
+    status, body = post(url, _failing(node_now - 2), sent=node_now)  # taken at T0 - 2
+    assert (status, body["decision"]["done"]) == (200, "drained"), body["decision"]
+    assert slurm.nodes["gpu01"] == ("IDLE+DRAIN", "gpuforge:gpu.xid:reboot")
 
 
 def test_a_forged_source_address_is_refused(served: tuple[str, Collector, FakeSlurm]) -> None:

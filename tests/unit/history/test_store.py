@@ -101,8 +101,11 @@ def test_a_fail_after_a_past_dated_record_records_the_failure_event(store: Histo
     assert [(e.at, e.check, e.detail) for e in failures] == [
         (T0 - 86400 + 300, "gpu.xid", "gpu.xid=fail:reboot")  # dated by the node, as shown
     ]
+    # Newest first in the order received: the change that arrived last is on top, although the
+    # node dated it a day before the first (both times are kept).
     verdicts = [h for h in store.node_history("gpu01") if h.kind == "verdict"]
-    assert [(h.verdict, h.previous) for h in verdicts] == [("pass", None), ("fail", "pass")]
+    assert [(h.verdict, h.previous) for h in verdicts] == [("fail", "pass"), ("pass", None)]
+    assert [(h.received, h.at) for h in verdicts] == [(T0 + 600, T0 - 86400 + 300), (T0, T0)]
 
 
 def test_a_version_2_history_migrates_keeping_its_latest_rows(tmp_path: Path) -> None:
@@ -118,12 +121,76 @@ def test_a_version_2_history_migrates_keeping_its_latest_rows(tmp_path: Path) ->
         assert reader.database.version == 2
         assert reader.latest()["gpu01"].verdict == "pass"
     with HistoryStore.open(path) as store:
-        assert store.database.version == SCHEMA.version == 3
+        assert store.database.version == SCHEMA.version == 4
         assert _seq(store) is None
         failing = record(at=T0 - 86400, verdict="fail", failed=(("gpu.xid", "reboot"),))
         assert store.ingest([failing], sequences=[5]).changes == 1
         assert (store.latest()["gpu01"].verdict, _seq(store)) == ("fail", 5)
     assert (tmp_path / "history.db.v2.bak").is_file()
+
+
+def test_a_version_3_history_gets_receive_times_from_its_rows_own(tmp_path: Path) -> None:
+    """Step 4 adds ``received`` to verdicts and events: old rows take their own time, the only
+    one they have; a reader of a file not yet migrated orders by that time too."""
+    path = tmp_path / "history.db"
+    old = database.open_database(path, replace(SCHEMA, steps=SCHEMA.steps[:3]))
+    with old.transaction() as db:
+        db.execute(
+            "INSERT INTO verdicts (node, tier, at, verdict, previous, signature)"
+            " VALUES ('gpu01', 'passive', ?, 'pass', NULL, '')",
+            (T0,),
+        )
+        db.execute(
+            "INSERT INTO events (at, node, kind, source) VALUES (?, 'gpu01', 'drain', 'health')",
+            (T0 + 60,),
+        )
+    old.close()
+    with HistoryStore.open(path, readonly=True) as reader:
+        assert reader.database.version == 3
+        assert [(h.kind, h.received) for h in reader.node_history("gpu01")] == [
+            ("drain", T0 + 60),
+            ("verdict", T0),
+        ]
+    with HistoryStore.open(path) as store:
+        assert store.database.version == 4
+        with store.read() as db:
+            assert db.execute("SELECT received FROM verdicts").fetchall() == [(T0,)]
+            assert db.execute("SELECT received FROM events").fetchall() == [(T0 + 60,)]
+        # A record of a node 20 minutes behind, received after both: on top, its time beside.
+        store.ingest([record(at=T0 - 1200, verdict="fail", failed=(("gpu.xid", "reboot"),))],
+                     received=T0 + 120)  # fmt: skip
+        assert [(h.kind, h.received, h.at) for h in store.node_history("gpu01")][:2] == [
+            ("verdict", T0 + 120, T0 - 1200),
+            ("failure", T0 + 120, T0 - 1200),
+        ]
+    assert (tmp_path / "history.db.v3.bak").is_file()
+
+
+@pytest.mark.parametrize("offset", [-1200.0, 240.0], ids=["behind-20min", "ahead-4min"])
+def test_a_nodes_history_is_in_the_order_received_whatever_its_clock(
+    store: HistoryStore, offset: float
+) -> None:
+    """A node's clock ``offset`` from the collector's (behind 20 minutes, or ahead within the
+    300 s the collector allows): its history lists what arrived in the order it arrived, the
+    controller's drain between the failure that caused it and the recovery after it."""
+    fail = record(at=T0 + offset, verdict="fail", failed=(("gpu.xid", "reboot"),))
+    store.ingest([record(at=T0 - 300 + offset)], received=T0 - 300)
+    store.ingest([fail], received=T0)
+    store.add_event("gpu01", "drain", at=T0 + 1, check="gpu.xid", action="reboot", source="health")
+    store.ingest([record(at=T0 + 300 + offset)], received=T0 + 300)
+    history = store.node_history("gpu01")
+    assert [(h.kind, h.verdict) for h in history] == [
+        ("verdict", "pass"),
+        ("drain", ""),
+        ("verdict", "fail"),
+        ("failure", ""),
+        ("verdict", "pass"),
+    ]
+    assert [h.received for h in history] == [T0 + 300, T0 + 1, T0, T0, T0 - 300]
+    assert history[0].at == T0 + 300 + offset  # the node's time, kept beside it
+    # --since and --limit by arrival too: the last 301 s hold the drain and the recovery.
+    assert [h.kind for h in store.node_history("gpu01", since=T0 + 1)] == ["verdict", "drain"]
+    assert [h.kind for h in store.node_history("gpu01", limit=2)] == ["verdict", "drain"]
 
 
 def test_snapshots_stay_hourly_when_the_clock_jumps_backwards(store: HistoryStore) -> None:
