@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import yaml
@@ -61,15 +63,21 @@ def groups(
     ``extra``: groups other layers define (the monitoring servers), last, in their order.
     """
     result: dict[str, list[str]] = {name: [] for name in ROLE_GROUPS.values()}
-    ordered_extra: dict[str, list[str]] = {}
+    ordered_extra: defaultdict[str, list[str]] = defaultdict(list)
+    # Each value's group, named once: 12,500 nodes share 3,000 racks, a few phases and types.
+    racks = {rack: group_name("rack", rack) for rack in cluster.racks}
+    phases = {p.number: phase_group(p.number) for p in cluster.phases}
+    sus = {su: f"su_{su_tag(cluster, su)[2:]}" for su in range(1, cluster.sus + 1)}
+    types = {name: group_name("nodetype", name) for name in cluster.spec.node_types}
     for node in cluster.nodes:
-        result[ROLE_GROUPS[node.role]].append(node.hostname)
-        keys = [group_name("rack", node.rack), phase_group(node.phase)]
+        hostname = node.hostname
+        result[ROLE_GROUPS[node.role]].append(hostname)
+        ordered_extra[racks.get(node.rack) or group_name("rack", node.rack)].append(hostname)
+        ordered_extra[phases.get(node.phase) or phase_group(node.phase)].append(hostname)
         if node.su:
-            keys.append(f"su_{su_tag(cluster, node.su)[2:]}")
-        keys.append(group_name("nodetype", node.node_type))
-        for key in keys:
-            ordered_extra.setdefault(key, []).append(node.hostname)
+            ordered_extra[sus.get(node.su) or f"su_{su_tag(cluster, node.su)[2:]}"].append(hostname)
+        kind = node.node_type
+        ordered_extra[types.get(kind) or group_name("nodetype", kind)].append(hostname)
     result[SERVICES_GROUP] = list(result["slurm_controllers"])
     for key in sorted(ordered_extra):
         result[key] = ordered_extra[key]
@@ -89,6 +97,9 @@ def ansible_ranges(hosts: list[str]) -> list[str]:
     The YAML inventory plugin expands them; a group of 12,500 hosts is then a few patterns
     instead of 12,500 keys, which is most of what ``ansible-inventory`` spends its time on.
     """
+    whole = _one_range(hosts)
+    if whole is not None:  # a rack, an SU, a phase: one run, checked in one comparison
+        return [whole]
     out: list[str] = []
     runs: list[list[Any]] = []  # [prefix, width, first, last]; names without digits: [name]
     for host in hosts:
@@ -113,6 +124,21 @@ def ansible_ranges(hosts: list[str]) -> list[str]:
         else:
             out.append(f"{prefix}[{first:0{width}d}:{last_n:0{width}d}]")
     return out
+
+
+def _one_range(hosts: list[str]) -> str | None:
+    """:func:`ansible_ranges` of ``hosts`` when they are one run of numbers in one width."""
+    first_match = _TRAILING_NUMBER.match(hosts[0]) if hosts else None
+    if first_match is None:
+        return None
+    prefix, digits = first_match.groups()
+    width, first = len(digits), int(digits)
+    last = first + len(hosts) - 1
+    if len(str(last)) > width:
+        return None
+    if hosts != [f"{prefix}{number:0{width}d}" for number in range(first, last + 1)]:
+        return None
+    return hosts[0] if first == last else f"{prefix}[{digits}:{last:0{width}d}]"
 
 
 def host_vars(node: Node) -> dict[str, Any]:
@@ -234,6 +260,31 @@ def nodetype_vars(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def topology_json(cluster: Cluster) -> dict[str, Any]:
     """The expanded model for other tools. Links are rows of ``link_fields``."""
+    return _topology_json(cluster, list(cluster.links), _node_dicts(cluster))
+
+
+def _node_dicts(cluster: Cluster) -> list[dict[str, Any]]:
+    return [
+        {
+            "hostname": n.hostname,
+            "fqdn": n.fqdn,
+            "role": n.role,
+            "group": n.group,
+            "node_type": n.node_type,
+            "number": n.number,
+            "rack": n.rack,
+            "su": n.su,
+            "phase": n.phase,
+            "mgmt_address": n.mgmt_address,
+            "bmc_address": n.bmc_address,
+            "nvlink_block": n.nvlink_block,
+            "rails": n.rails,  # named tuples: rows of rail_fields
+        }
+        for n in cluster.nodes
+    ]
+
+
+def _topology_json(cluster: Cluster, links: object, nodes: object) -> dict[str, Any]:
     plan = cluster.fabric
     return {
         "schema_version": 1,
@@ -251,28 +302,11 @@ def topology_json(cluster: Cluster) -> dict[str, Any]:
             "bisection_gbps_per_plane": plan.bisection_gbps(cluster.rate_gbps),
         },
         "racks": list(cluster.racks),
-        "nodes": [
-            {
-                "hostname": n.hostname,
-                "fqdn": n.fqdn,
-                "role": n.role,
-                "group": n.group,
-                "node_type": n.node_type,
-                "number": n.number,
-                "rack": n.rack,
-                "su": n.su,
-                "phase": n.phase,
-                "mgmt_address": n.mgmt_address,
-                "bmc_address": n.bmc_address,
-                "nvlink_block": n.nvlink_block,
-                "rails": n.rails,  # named tuples: rows of rail_fields
-            }
-            for n in cluster.nodes
-        ],
+        "nodes": nodes,
         "rail_fields": list(RailPort._fields),
         "switches": [[s.name, s.kind, s.plane, s.su, s.pod, s.radix] for s in cluster.switches],
         "switch_fields": ["name", "kind", "plane", "su", "pod", "radix"],
-        "links": cluster.links,  # named tuples: rows of link_fields
+        "links": links,  # named tuples: rows of link_fields
         "link_fields": list(Link._fields),
         "phases": [
             {
@@ -294,6 +328,8 @@ _LINKS = "\x00links\x00"
 _LINKS_JSON = json.dumps(_LINKS)
 #: Characters a JSON string writes as they are (json.dumps escapes the others).
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/-]*")
+#: One link as json.dumps writes it, when its texts need no escape.
+_LINK_ROW = '["%s","%s","%s",%d,%d]'
 
 
 def topology_json_text(cluster: Cluster) -> str:
@@ -302,18 +338,22 @@ def topology_json_text(cluster: Cluster) -> str:
 
     Every string of a link is a node's or switch's name, a node's RDMA device or a port
     number; when those all need no JSON escape (the spec's patterns allow none that would), a
-    row is ``["lower","lower_port","upper",upper_port,tier]`` as json.dumps writes it, at a
-    third of the encoder's cost. Otherwise the encoder writes them.
+    row is ``["lower","lower_port","upper",upper_port,tier]`` as json.dumps writes it, all rows
+    in one ``%`` of one format, at a third of the encoder's cost; the links are made as they are
+    written, never held. Otherwise the encoder writes them.
     """
-    data = topology_json(cluster)
-    names = {n.hostname for n in cluster.nodes} | {s.name for s in cluster.switches}
-    names |= {p.device for n in cluster.nodes for p in n.rails}
-    if not all(_PLAIN.fullmatch(name) for name in names):
-        return json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n"
-    data["links"] = _LINKS
+    names = chain(
+        (n.hostname for n in cluster.nodes),
+        (s.name for s in cluster.switches),
+        {p.device for n in cluster.nodes for p in n.rails},
+    )
+    if _PLAIN.fullmatch("".join(names)) is None:
+        return json.dumps(topology_json(cluster), separators=(",", ":"), sort_keys=True) + "\n"
+    data = _topology_json(cluster, _LINKS, _node_dicts(cluster))
     head, sep, tail = json.dumps(data, separators=(",", ":"), sort_keys=True).partition(_LINKS_JSON)
     assert sep and _LINKS_JSON not in tail  # noqa: S101 - the placeholder is written once
-    rows = ",".join(['["%s","%s","%s",%d,%d]' % link for link in cluster.links])  # noqa: UP031
+    fields = tuple(chain.from_iterable(cluster.links.rows()))
+    rows = ",".join([_LINK_ROW] * (len(fields) // len(Link._fields))) % fields if fields else ""
     return f"{head}[{rows}]{tail}\n"
 
 
