@@ -34,7 +34,7 @@ from gpuforge.monitoring.render import (
     monitoring_vars,
 )
 from gpuforge.slurm.conf import slurm_files
-from gpuforge.topology.cluster import Cluster
+from gpuforge.topology.cluster import Cluster, collector_paused
 
 
 def marker_text(cluster: Cluster) -> str:
@@ -48,15 +48,16 @@ def marker_text(cluster: Cluster) -> str:
 def render_files(cluster: Cluster) -> dict[str, str]:
     """Every file of ``generated/``: relative path -> text. Deterministic for a given cluster."""
     files = {MARKER: marker_text(cluster)}
-    files.update(
-        inventory_files(
-            cluster,
-            extra_groups=monitoring_group(cluster),
-            extra_group_vars={MONITORING_GROUP: monitoring_vars(cluster)},
+    with collector_paused():
+        files.update(
+            inventory_files(
+                cluster,
+                extra_groups=monitoring_group(cluster),
+                extra_group_vars={MONITORING_GROUP: monitoring_vars(cluster)},
+            )
         )
-    )
-    files.update(slurm_files(cluster))
-    files.update(monitoring_files(cluster))
+        files.update(slurm_files(cluster))
+        files.update(monitoring_files(cluster))
     return files
 
 

@@ -21,7 +21,6 @@ import click
 from click.core import ParameterSource
 
 from gpuforge import services
-from gpuforge.cli.context import given_root
 from gpuforge.errors import InputError, Interrupted
 from gpuforge.resources import project_path
 from gpuforge.state_paths import STATE_DIR_ENV, default_state_dir
@@ -169,6 +168,10 @@ def remote(ctx: click.Context) -> services.ServicesHost | None:
     given_state = ctx.get_parameter_source("state_dir") is ParameterSource.COMMANDLINE
     if given_state or os.environ.get(STATE_DIR_ENV):
         return None
+    # Here, not at the top: the context pulls in admission, the history and the fleet, which
+    # the commands without a cluster directory (topology check, inventory generate) never use.
+    from gpuforge.cli.context import given_root  # noqa: PLC0415
+
     root = given_root(ctx.params.get("cluster"), ctx.params.get("inventory"))
     return services.ServicesHost.elsewhere(root)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -604,6 +605,10 @@ def _dump(doc: Mapping[str, Any], what: str) -> str:
     return _HEADER.format(what=what) + "---\n" + body
 
 
+#: Texts PyYAML writes plain unless its resolver reads them as another type (``yes``, ``1e3``).
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 class _BlockWriter:
     """The text ``yaml.dump(doc, Dumper=_Dumper, ...)`` writes, for the documents that are
     block mappings and sequences of short scalars (a spec's recording rules: one rule per rack
@@ -619,7 +624,8 @@ class _BlockWriter:
 
     def __init__(self) -> None:
         self._yaml = _Dumper(io.StringIO(), width=100, allow_unicode=True)
-        self._scalars: dict[tuple[str, bool], str | None] = {}
+        self._keys: dict[str, str | None] = {}  # each text's style, as a key and as a value
+        self._values: dict[str, str | None] = {}
 
     def dump(self, doc: Mapping[str, Any]) -> str | None:
         out: list[str] = []
@@ -627,20 +633,25 @@ class _BlockWriter:
         return "".join(out) if ok else None
 
     def _scalar(self, value: object, key: bool) -> str | None:
+        if type(value) is str:
+            styles = self._keys if key else self._values
+            if value not in styles:
+                styles[value] = self._style(value, key)
+            return styles[value]
         if type(value) is int:
             return str(value)
-        if type(value) is not str:
-            return None
-        cached = (value, key)
-        if cached not in self._scalars:
-            self._scalars[cached] = self._style(value, key)
-        return self._scalars[cached]
+        return None
 
     def _style(self, value: str, key: bool) -> str | None:
         if not value.isprintable() or " " in value or len(value) >= 120:
             return None
         tag = self._yaml.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
         implicit = tag == self._STR
+        if _TOKEN.fullmatch(value):
+            # No indicator, space or special character: PyYAML's scalar analysis allows it plain
+            # and single-quoted, so its resolver alone decides (a rack or leaf name, 6,000 of
+            # them at 100k GPUs, each a pass of that analysis in Python).
+            return value if implicit else f"'{value}'"
         analysis = self._yaml.analyze_scalar(value)
         if implicit and analysis.allow_block_plain and not (key and analysis.empty):
             return value
@@ -655,7 +666,7 @@ class _BlockWriter:
             if key is None:
                 return False
             prefix = (lead if i == 0 else pad) + key + ":"
-            if isinstance(v, Mapping):
+            if type(v) is dict or isinstance(v, Mapping):
                 out.append(prefix + "\n")
                 if not v or not self._mapping(v, indent + 2, pad + "  ", out):
                     return False
@@ -673,7 +684,7 @@ class _BlockWriter:
     def _sequence(self, items: list[Any], indent: int, out: list[str]) -> bool:
         dash = " " * indent + "- "
         for item in items:
-            if isinstance(item, Mapping):
+            if type(item) is dict or isinstance(item, Mapping):
                 if not item or not self._mapping(item, indent + 2, dash, out):
                     return False
                 continue

@@ -79,13 +79,25 @@ _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 def file_sd_text(groups: Iterable[dict[str, Any]]) -> str:
     """A file_sd JSON file: one target group per line, so a diff shows the nodes that changed."""
     encode = _COMPACT_JSON.encode
-    lines = [encode(g) for g in groups]
-    return "[\n" + ",\n".join(lines) + "\n]\n"
+    return _lines([encode(g) for g in groups])
+
+
+def _lines(groups: list[str]) -> str:
+    return "[\n" + ",\n".join(groups) + "\n]\n"
 
 
 def file_sd_files(cluster: Cluster) -> dict[str, str]:
-    """``<job>.json`` -> text for every exporter (each node's labels worked out once)."""
-    node_labels = {node.hostname: labels(cluster, node) for node in cluster.nodes}
-    return {
-        f"{e.job}.json": file_sd_text(target_groups(cluster, e, node_labels)) for e in EXPORTERS
-    }
+    """``<job>.json`` -> text for every exporter: :func:`file_sd_text` of its
+    :func:`target_groups`, each node's labels encoded once for all exporters."""
+    encode = _COMPACT_JSON.encode
+    gpus = {name: kind.gpus for name, kind in cluster.spec.node_types.items()}
+    nodes = [(node, encode(labels(cluster, node))) for node in cluster.nodes]
+    files = {}
+    for e in EXPORTERS:
+        lines = [
+            f'{{"targets":[{encode(f"{node.mgmt_address}:{e.port}")}],"labels":{text}}}'
+            for node, text in nodes
+            if e.wanted(gpus[node.node_type])
+        ]
+        files[f"{e.job}.json"] = _lines(lines)
+    return files

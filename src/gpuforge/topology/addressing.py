@@ -44,6 +44,23 @@ class AddressRule:
         """Address of node ``number`` with its prefix, e.g. ``10.100.0.10/16``."""
         return f"{ipv4(self.network + self.offset + number)}/{self.prefix}"
 
+    def addresses(self, count: int, *, with_prefix: bool = False) -> list[str]:
+        """:meth:`address` (or :meth:`interface`) of nodes 0 to ``count - 1``, in order.
+
+        One text per /24 block and one per last octet: 1.6 million rail addresses of a
+        200,000-node cluster cost a string concatenation each, not four shifts and a format.
+        """
+        tail = f"/{self.prefix}" if with_prefix else ""
+        octets = [f"{octet}{tail}" for octet in range(256)]
+        out: list[str] = []
+        value, end = self.network + self.offset, self.network + self.offset + count
+        while value < end:
+            stop = min(end, (value | 255) + 1)
+            head = ipv4(value)[: -len(str(value & 255))]
+            out.extend([head + octet for octet in octets[value & 255 : (stop - 1 & 255) + 1]])
+            value = stop
+        return out
+
     def capacity(self) -> int:
         """How many node numbers fit in the subnet after the offset."""
         return max(0, self.last_host - (self.network + self.offset) + 1)

@@ -13,7 +13,6 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
     plan = cluster.fabric
     roles = Counter(n.role for n in cluster.nodes)
     tiers = Counter(s.kind for s in cluster.switches)
-    link_tiers = Counter(link.tier for link in cluster.links)
     rate = cluster.rate_gbps
     spec = cluster.spec
     return {
@@ -43,9 +42,9 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "switches": {kind: tiers.get(kind, 0) for kind in ("leaf", "spine", "core")},
         "switches_total": len(cluster.switches),
         "links": {
-            "node_leaf": link_tiers.get(1, 0),
-            "leaf_spine": link_tiers.get(2, 0),
-            "spine_core": link_tiers.get(3, 0),
+            "node_leaf": cluster.links.tier(1),
+            "leaf_spine": cluster.links.tier(2),
+            "spine_core": cluster.links.tier(3),
         },
         "links_total": len(cluster.links),
         "slurm_topology_plugin": cluster.topology_plugin,

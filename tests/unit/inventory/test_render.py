@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,25 @@ def test_ansible_ranges() -> None:
         "x",
         "a-1",
     ]
+
+
+def test_ansible_ranges_of_random_lists_expand_back_to_them() -> None:
+    """One run of numbers in one width is one pattern; any list's patterns give it back."""
+    rng = random.Random(31)
+    for _ in range(2000):
+        prefix = rng.choice(["gpu", "node-", "c", "", "r1n", "svc", "a9"])
+        width = rng.choice([1, 2, 3, 5])
+        start = rng.randrange(0, 10**width)
+        numbers = list(range(start, start + rng.randrange(1, 40)))
+        run = all(len(str(n)) <= width for n in numbers)
+        if rng.random() < 0.3:
+            numbers = sorted(rng.sample(numbers, max(1, len(numbers) // 2)))
+            run = False
+        hosts = [f"{prefix}{n:0{width}d}" for n in numbers]
+        ranges = render.ansible_ranges(hosts)
+        assert _members({"hosts": ranges}) == hosts, hosts
+        if len(hosts) == 1 or (run and prefix and not prefix[-1].isdigit()):
+            assert len(ranges) == 1, (hosts, ranges)
 
 
 def test_hosts_yml_groups_and_minimal_host_vars(lab: Cluster) -> None:

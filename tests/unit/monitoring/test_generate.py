@@ -219,3 +219,18 @@ def test_100k_example_file_sd_in_two_seconds() -> None:
     assert nodes >= 12_500
     assert configs
     assert elapsed <= 2.0, f"{nodes} nodes took {elapsed:.2f} CPU-s"
+
+
+@pytest.mark.parametrize("spec", ["lab.yaml", "nvl72.yaml", "cluster-10k.yaml"])
+def test_file_sd_files_are_the_target_groups_encoded(spec: str) -> None:
+    """Each node's labels encoded once for every exporter change no byte of its file."""
+    from gpuforge.monitoring.targets import (  # noqa: PLC0415
+        EXPORTERS,
+        file_sd_files,
+        file_sd_text,
+        target_groups,
+    )
+
+    cluster = load_cluster(EXAMPLES / spec)
+    expected = {f"{e.job}.json": file_sd_text(target_groups(cluster, e)) for e in EXPORTERS}
+    assert file_sd_files(cluster) == expected

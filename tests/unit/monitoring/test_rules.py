@@ -232,6 +232,10 @@ _TRICKY = [
     "-", "-x", ":x", "x:", "x:y", "#x", "x#y", "&a", "*a", "!t", "%p", "@a", "`b", "[a]",
     "{a}", "a,b", "?", "?x", "|", ">", "é", "2026-12-02", "12:30", "+1", ".inf", "=", "<<",
     "a" * 119, "a\tb", "a b", "a\nb",
+    # Tokens (letters, digits, _ . -): PyYAML's resolver alone decides whether they are quoted.
+    "y", "n", "Y", "off", "Off", "NULL", "True", "012", "0o17", "1_000", "0b101", "0.", "1..2",
+    "1.5e3", "nan", "inf", "a.b", "x-", "0", "r0001", "leaf-su001-r0", "a_b", "1-2", "_x", "-1",
+    "1:2", "190:20:30", "2026-12-02t10:00:00", "0:0",
 ]  # fmt: skip
 
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import hostlist
 import pytest
 
-from gpuforge.topology import SpecError, Topology, expand, load_cluster, load_spec
+from gpuforge.topology import Problem, SpecError, Topology, expand, load_cluster, load_spec
+from gpuforge.topology.check import _plan_phases
 
 from ..conftest import EXAMPLES, LAB
 
@@ -115,3 +118,64 @@ def test_a_load_analyses_the_spec_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(expand_module, "analyse", counted)
     load_cluster(LAB)
     assert calls == ["lab"]
+
+
+def _reference_phases(phases: list[dict[str, Any]], gpu: list[str], per_su: int) -> list[Any]:
+    """What each phase selects, by list scans (quadratic, plain): the planner's model."""
+    owner: dict[str, int] = {}
+    out: list[Any] = []
+    for number, phase in enumerate(phases, 1):
+        free = [h for h in gpu if h not in owner]
+        if "count" in phase:
+            chosen = free[: phase["count"]]
+        elif "sus" in phase:
+            sus = sorted(set(phase["sus"]))
+            chosen = [h for i, h in enumerate(gpu) if i // per_su + 1 in sus and h not in owner]
+        elif "hosts" in phase:
+            names = set(hostlist.expand_hostlist(phase["hosts"]))
+            chosen = [h for h in gpu if h in names]
+        else:
+            chosen = free
+        fresh = [h for h in chosen if h not in owner]
+        taken = [h for h in chosen if h in owner]
+        owner.update(dict.fromkeys(fresh, number))
+        out.append((tuple(fresh), bool(taken)))
+    out.append([h for h in gpu if h not in owner])
+    return out
+
+
+def test_phase_planning_matches_the_list_scan_model(lab_data: dict[str, Any]) -> None:
+    """Random selectors over 96 GPU nodes in SUs of 8: the planner takes what the model takes."""
+    rng = random.Random(7)
+    group = lab_data["node_groups"][1]
+    group.update(count=96, hostname="gpu{index:03d}")
+    per_su = lab_data["layout"]["nodes_per_rack"] * lab_data["layout"]["racks_per_su"]
+    gpu = [f"gpu{i:03d}" for i in range(1, 97)]
+    for _ in range(300):
+        phases: list[dict[str, Any]] = []
+        for i in range(rng.randrange(1, 8)):
+            kind = rng.choice(["count", "sus", "hosts", "rest"])
+            phase: dict[str, Any] = {"name": f"p{i}"}
+            if kind == "count":
+                phase["count"] = rng.randrange(1, 40)
+            elif kind == "sus":
+                phase["sus"] = sorted(rng.sample(range(1, 96 // per_su + 1), rng.randrange(1, 4)))
+            elif kind == "hosts":
+                first = rng.randrange(1, 90)
+                phase["hosts"] = f"gpu[{first:03d}-{first + rng.randrange(0, 7):03d}]"
+            else:
+                phase["rest"] = True
+            phases.append(phase)
+        lab_data["rollout"]["phases"] = phases
+        topo = Topology.model_validate(lab_data)
+        problems: list[Problem] = []
+        phase_of, plans = _plan_phases(topo, gpu, problems.append)
+        *expected, left_out = _reference_phases(phases, gpu, per_su)
+        assert [p.hosts for p in plans] == [hosts for hosts, _ in expected], phases
+        assert {h: p.number for p in plans for h in p.hosts} == phase_of
+        overlaps = {p.path for p in problems if "overlaps phase" in p.message}
+        assert overlaps == {f"rollout.phases[{i}]" for i, (_, o) in enumerate(expected) if o}
+        in_no_phase = [p.message for p in problems if "in no phase" in p.message]
+        assert bool(in_no_phase) == bool(left_out)
+        if left_out:
+            assert in_no_phase[0].startswith(f"{len(left_out)} GPU nodes are in no phase: ")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from gpuforge.topology import load_cluster
+from gpuforge.topology import Link, load_cluster
 from gpuforge.topology.fabric import FabricImpossible, leaf_split, plan_fabric
 
 from ..conftest import EXAMPLES
@@ -122,3 +126,37 @@ def test_superpod_example_counts() -> None:
     assert kinds == {"leaf": 32, "spine": 16}
     assert cluster.fabric.tiers == 2
     assert len(cluster.links) == 128 * 8 + 32 * 32
+
+
+_SHAPES = {
+    "as written": {},
+    "not rail-optimized": {"rail_optimized": False},
+    "not rail-optimized, radix 128": {"rail_optimized": False, "radix": 128},
+    "2:1": {"oversubscription": 2.0},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+@pytest.mark.parametrize("name", ["lab.yaml", "superpod-4su.yaml", "cluster-10k.yaml"])
+def test_link_counts_are_the_rows_the_links_make(
+    name: str, shape: str, write_spec: Callable[[dict[str, Any]], Path]
+) -> None:
+    """``topology check`` counts links from the plan (it never makes them): the counts per tier
+    are the rows, and the rows are the Links, in one order, each time they are read."""
+    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data["fabric"].update(_SHAPES[shape])
+    cluster = load_cluster(write_spec(data))
+    links = list(cluster.links)
+    assert all(type(link) is Link for link in links)
+    assert Counter(link.tier for link in links) == {
+        tier: cluster.links.tier(tier) for tier in (1, 2, 3) if cluster.links.tier(tier)
+    }
+    assert len(links) == len(cluster.links)
+    assert list(cluster.links.rows()) == [tuple(link) for link in links]
+    assert list(cluster.links) == links  # made again, the same
+    node_links = [link for link in links if link.tier == 1]
+    assert node_links == [
+        (n.hostname, p.device, p.leaf, p.port, 1) for n in cluster.nodes for p in n.rails
+    ]
+    assert links[0] in cluster.links and ("x", "y", "z", 1, 1) not in cluster.links
+    assert cluster.links.tier(4) == 0 and cluster.fabric.tiers == max(link.tier for link in links)
