@@ -28,6 +28,12 @@ MAX_NODES = 200_000
 """Nodes of one spec; planning is linear in them, this bounds time and memory."""
 MAX_PHASES = 1000
 """Rollout phases of one spec (a rollout has a handful: a canary, then waves)."""
+BMC_SUFFIX = "-bmc"
+"""A node's BMC name is its hostname and this (``inventory/templates/hosts.j2``)."""
+_DECIMAL_TAIL = re.compile(r".*\{index(:0?\d*d?)?\}")
+"""A hostname pattern whose names all end in a digit, so in no BMC name."""
+MAX_LABEL = 63
+MAX_FQDN = 253
 
 
 def hostlist_size(expr: str) -> int:
@@ -97,6 +103,7 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
     hostnames: list[tuple[int, str]] = []
     gpu_order: list[str] = []
     owner: dict[str, int] = {}
+    bmc_like: list[tuple[int, str]] = []  # hostnames that end as BMC names do
     for gi, group in enumerate(topo.node_groups):
         where = f"node_groups[{gi}]"
         if group.name in seen_groups:
@@ -119,6 +126,9 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
         pattern = group.hostname
         indexes = range(group.first_index, group.first_index + group.count)
         names = list(map(_positional(pattern).format, indexes))
+        _check_name_lengths(topo.domain, where, names, add)
+        if not _DECIMAL_TAIL.fullmatch(pattern):
+            bmc_like.extend((gi, n) for n in names if n.endswith(BMC_SUFFIX))
         mine = dict.fromkeys(names, gi)
         if len(mine) == len(names) and not mine.keys() & owner.keys():
             owner.update(mine)
@@ -142,6 +152,20 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
             hostnames.append((gi, name))
             if group.role == "gpu":
                 gpu_order.append(name)
+
+    for gi, name in bmc_like:
+        node = name.removesuffix(BMC_SUFFIX)
+        if node in owner:
+            add(
+                Problem(
+                    f"node_groups[{gi}].hostname",
+                    f"hostname {name} is also the BMC name of node {node} (group "
+                    f"{topo.node_groups[owner[node]].name!r}): /etc/hosts would give it two "
+                    "addresses",
+                )
+            )
+            break
+    _check_node_types(topo, add)
 
     roles = {g.role for g in topo.node_groups}
     if "gpu" not in roles:
@@ -252,6 +276,62 @@ def analyse(topo: Topology) -> Analysis:  # noqa: PLR0912, PLR0915 - one pass, m
     _check_monitoring_servers(topo, owner, add)
     problems.extend(check_rules(topo, "block" if nvlink_nodes > 1 else "tree"))
     return Analysis(hostnames, gpu_order, nvlink_nodes, fabric, phase_of, phases, problems)
+
+
+def _check_name_lengths(
+    domain: str, where: str, names: list[str], add: Callable[[Problem], None]
+) -> None:
+    """A group's names, with the BMC suffix and the domain, are DNS labels and FQDNs."""
+    size = max(map(len, names))
+    if size + len(BMC_SUFFIX) + 1 + len(domain) <= MAX_FQDN and size + len(BMC_SUFFIX) <= MAX_LABEL:
+        return
+    longest = next(n for n in names if len(n) == size)
+    if size + len(BMC_SUFFIX) > MAX_LABEL:
+        add(
+            Problem(
+                f"{where}.hostname",
+                f"the BMC name {longest}{BMC_SUFFIX} is longer than a DNS label ({MAX_LABEL})",
+            )
+        )
+    fqdn = f"{longest}{BMC_SUFFIX}.{domain}"
+    if len(fqdn) > MAX_FQDN:
+        add(
+            Problem(
+                f"{where}.hostname",
+                f"the FQDN {fqdn} is {len(fqdn)} characters, more than {MAX_FQDN}",
+            )
+        )
+
+
+def _check_node_types(topo: Topology, add: Callable[[Problem], None]) -> None:
+    """Each node type's NICs are distinct interfaces; NVSwitch has an NVLink domain."""
+    for name, kind in topo.node_types.items():
+        where = f"node_types.{name}"
+        if kind.nvswitch and not kind.gpus:
+            add(Problem(f"{where}.nvswitch", "NVSwitch on a node type without GPUs"))
+        elif kind.nvswitch and kind.nvlink_domain < 1:
+            add(
+                Problem(
+                    f"{where}.nvlink_domain",
+                    f"{kind.nvlink_domain} with NVSwitch: give the GPUs of one NVLink domain "
+                    f"(at least the node's {kind.gpus}; 8 for HGX, 72 for NVL72)",
+                )
+            )
+        elif kind.nvlink_domain and not kind.gpus:
+            add(Problem(f"{where}.nvlink_domain", "an NVLink domain on a node type without GPUs"))
+        # Netdevs and RDMA devices are names of their own; storage_nics may hold either.
+        mgmt = kind.management_nic
+        used: dict[str, str] = {} if mgmt is None else {mgmt: "management_nic"}
+        for ri, nic in enumerate(kind.rails):
+            if nic.netdev == mgmt:
+                add(Problem(f"{where}.rails[{ri}].netdev", f"{mgmt} is also management_nic"))
+            used.setdefault(nic.netdev, f"rails[{ri}].netdev")
+            used.setdefault(nic.device, f"rails[{ri}].device")
+        for si, storage in enumerate(kind.storage_nics):
+            other = used.get(storage)
+            if other is not None:
+                add(Problem(f"{where}.storage_nics[{si}]", f"{storage} is also {other}"))
+            used.setdefault(storage, f"storage_nics[{si}]")
 
 
 def _check_monitoring_servers(

@@ -107,7 +107,7 @@ def _as_range(value: object) -> object:
 
 
 def _version(value: object) -> object:
-    if not isinstance(value, str) or not _VERSION.match(value):
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
         raise ValueError(
             f"{value!r} is not a version: write digits and dots as text, e.g. '570.26'"
         )
@@ -115,7 +115,7 @@ def _version(value: object) -> object:
 
 
 def _url(value: object) -> object:
-    if not isinstance(value, str) or not re.match(r"^https://[^\s/]+\S*$", value):
+    if not isinstance(value, str) or not re.fullmatch(r"https://[^\s/]+\S*", value):
         raise ValueError(f"{value!r} is not a public https:// URL")
     return value
 

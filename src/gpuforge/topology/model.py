@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -30,19 +31,44 @@ _LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _DOMAIN_RE = re.compile(r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
 Name = Annotated[str, Field(pattern=_NAME_RE.pattern, description="lower-case name: a-z, 0-9, -")]
+# The patterns are whole-string matches (``fullmatch`` in Python, pydantic's ``$`` is the end of
+# the text): ``re.match`` with ``$`` would take a value ending in a newline ("570.133.20\n").
+
+IFNAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,14}$"
+"""A Linux interface name: at most 15 characters (IFNAMSIZ), no whitespace, ``/``, ``:`` or
+shell characters, and not ``.`` or ``..``."""
+Ifname = Annotated[str, Field(pattern=IFNAME_PATTERN, description="Linux interface name")]
+
+MAX_MEMORY_MB = 1 << 40
+"""RealMemory (MiB) of one node: Slurm's field is 64-bit; 2^40 MiB is an exbibyte."""
+MAX_INDEX = 999_999_999
+"""Largest node index: nine digits, within a 32-bit integer, which Slurm's hostlists take."""
+MAX_DOMAIN = 253 - 2
+"""Characters of the domain: an FQDN is at most 253, and a host label and a dot come first."""
+
+RESERVED_RANGES = (
+    (IPv4Network("0.0.0.0/8"), "'this network' (0.0.0.0/8)"),
+    (IPv4Network("127.0.0.0/8"), "loopback (127.0.0.0/8)"),
+    (IPv4Network("169.254.0.0/16"), "link-local (169.254.0.0/16)"),
+    (IPv4Network("224.0.0.0/4"), "multicast (224.0.0.0/4)"),
+    (IPv4Network("240.0.0.0/4"), "reserved (240.0.0.0/4, with the broadcast 255.255.255.255)"),
+)
+"""Ranges no node address may come from (RFC 6890)."""
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: a float of inf or nan would be written as the non-JSON tokens Infinity
+    # and NaN into topology.json, and compares false with every bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Nic(_Spec):
     """A compute NIC: one rail of the compute fabric."""
 
-    device: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="RDMA device, e.g. mlx5_0")
-    netdev: str = Field(
-        pattern=r"^[A-Za-z0-9_.-]{1,15}$", description="Linux netdev, e.g. ib0 or ens1f0np0"
+    device: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,63}$", description="RDMA device, e.g. mlx5_0 (63 at most)"
     )
+    netdev: Ifname = Field(description="Linux netdev, e.g. ib0 or ens1f0np0")
     rate_gbps: Literal[100, 200, 400, 800] = Field(description="Link rate in Gb/s")
 
 
@@ -74,11 +100,13 @@ class NodeType(_Spec):
     sockets: int = Field(ge=1, le=8)
     cores_per_socket: int = Field(ge=1, le=512)
     threads_per_core: int = Field(ge=1, le=8)
-    memory_mb: int = Field(ge=1024, description="Memory Slurm may schedule (RealMemory), MiB")
+    memory_mb: int = Field(
+        ge=1024, le=MAX_MEMORY_MB, description="Memory Slurm may schedule (RealMemory), MiB"
+    )
     power_kw: float = Field(gt=0, le=200, description="Peak power draw of one node, kW")
     rails: tuple[Nic, ...] = Field(default=(), description="Compute NICs, in rail order")
-    management_nic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,15}$")
-    storage_nics: tuple[str, ...] = Field(default=())
+    management_nic: Ifname | None = None
+    storage_nics: tuple[Ifname, ...] = Field(default=(), max_length=16)
 
     @model_validator(mode="after")
     def _gpu_fields(self) -> NodeType:
@@ -112,7 +140,20 @@ class NodeGroup(_Spec):
     count: int = Field(ge=1, le=200_000)
     hostname: str = Field(description="Pattern with {index}, e.g. gpu{index:05d}")
     node_type: str
-    first_index: int = Field(default=1, ge=0, description="Index of the group's first node")
+    first_index: int = Field(
+        default=1, ge=0, le=MAX_INDEX, description="Index of the group's first node"
+    )
+
+    @field_validator("first_index")
+    @classmethod
+    def _last_index(cls, value: int, info: ValidationInfo) -> int:
+        count = info.data.get("count")
+        if isinstance(count, int) and value + count - 1 > MAX_INDEX:
+            raise ValueError(
+                f"the group's last index {value + count - 1} is above {MAX_INDEX}: Slurm's "
+                "hostlists and node names take at most nine digits"
+            )
+        return value
 
     @field_validator("hostname")
     @classmethod
@@ -136,7 +177,7 @@ class NodeGroup(_Spec):
             sample = value.format(index=1)
         except (KeyError, ValueError, IndexError) as exc:
             raise ValueError(f"hostname pattern cannot be formatted: {exc}") from None
-        if not _LABEL_RE.match(sample):
+        if not _LABEL_RE.fullmatch(sample):
             raise ValueError(f"pattern gives {sample!r}, not a valid lower-case DNS label")
         return value
 
@@ -189,6 +230,14 @@ class Subnet(_Spec):
             raise ValueError(f"{value!r} is not an address: write it as text, e.g. 10.0.0.0/24")
         return value
 
+    @field_validator("subnet")
+    @classmethod
+    def _usable(cls, value: IPv4Network) -> IPv4Network:
+        for reserved, what in RESERVED_RANGES:
+            if value.overlaps(reserved):
+                raise ValueError(f"{value} overlaps the {what} range: no node address may be there")
+        return value
+
 
 class Addressing(_Spec):
     """Address plan: management, BMC and one compute subnet per rail."""
@@ -217,7 +266,7 @@ class Versions(_Spec):
             raise ValueError(
                 f"{value!r} is not a version: write it as a quoted string, e.g. '12.8.1'"
             )
-        if not _VERSION_RE.match(value):
+        if not _VERSION_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a version (expected digits and dots, e.g. 12.8.1)")
         return value
 
@@ -264,7 +313,7 @@ Severity = Literal["critical", "warning", "info"]
 
 def _duration(value: object) -> object:
     """A Prometheus duration (30s, 1m30s, 15d) above zero, written as text."""
-    if not isinstance(value, str) or not value or not _DURATION_RE.match(value):
+    if not isinstance(value, str) or not value or not _DURATION_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a Prometheus duration such as 30s, 1m or 15d")
     if not any(ch in "123456789" for ch in value):
         raise ValueError(f"{value!r} must be longer than 0")
@@ -292,7 +341,7 @@ class RemoteWrite(_Spec):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s/]+\S*$", value):
+        if not re.fullmatch(r"https?://[^\s/]+\S*", value):
             raise ValueError(f"{value!r} is not an http:// or https:// URL")
         return value
 
@@ -375,14 +424,18 @@ class Topology(_Spec):
     @field_validator("domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        if not _DOMAIN_RE.match(value):
+        if not _DOMAIN_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a lower-case DNS domain")
+        if len(value) > MAX_DOMAIN:
+            raise ValueError(
+                f"{len(value)} characters: with a host name, longer than an FQDN may be (253)"
+            )
         return value
 
     @field_validator("node_types")
     @classmethod
     def _type_names(cls, value: dict[str, NodeType]) -> dict[str, NodeType]:
         for key in value:
-            if not _NAME_RE.match(key):
+            if not _NAME_RE.fullmatch(key):
                 raise ValueError(f"node type name {key!r} must be lower-case a-z, 0-9, -")
         return value

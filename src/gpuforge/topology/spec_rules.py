@@ -73,7 +73,7 @@ def check_rules(topo: Topology, topology_plugin: str) -> list[Problem]:
     problems: list[Problem] = []
     for field, rule in rules.versions.items():
         value = getattr(topo.versions, field, None)
-        if value is not None and not rule.pattern.match(value):
+        if value is not None and not rule.pattern.fullmatch(value):
             problems.append(
                 Problem(
                     f"versions.{field}",
