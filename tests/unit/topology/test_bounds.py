@@ -106,11 +106,11 @@ def test_hostile_spec_is_refused_fast_and_small(
     spec = tmp_path / "spec.yaml"
     spec.write_bytes(make(lab_data))
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: a loaded machine's wait is not ours
     try:
         with pytest.raises(SpecError) as caught:
             load_spec(spec)
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -118,7 +118,7 @@ def test_hostile_spec_is_refused_fast_and_small(
     assert expected in message
     assert message.startswith(f"{spec}"), message
     assert "\n" not in message and len(message) < 500, message
-    assert elapsed < 1.0, f"{case}: {elapsed:.2f} s"
+    assert elapsed < 1.0, f"{case}: {elapsed:.2f} CPU-s"
     assert peak < 200 << 20, f"{case}: {peak >> 20} MB"
 
 
