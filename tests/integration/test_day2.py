@@ -55,6 +55,9 @@ OPERATOR_REASON = "disk swap ticket 4711"
 LEAF_PAIR = ("hgpu01", "hgpu02")  # one SU, so one leaf per rail
 #: HealthCheckInterval of the lab (slurm.conf); the tests wait in multiples of it.
 INTERVAL_S = 30
+#: The deploy with monitoring and the services: 9 min on an idle 2-core machine, 21 min in a CI
+#: run beside nine Molecule scenarios, past 30 min with other work on the machine.
+DEPLOY_TIMEOUT_S = 2700
 GPUFORGE = str(Path(sys.executable).parent / "gpuforge")
 LOG = logging.getLogger(__name__)
 
@@ -118,6 +121,7 @@ def lab(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterat
             str(inventory),
             "--report-dir",
             str(reports),
+            timeout=DEPLOY_TIMEOUT_S,
         )
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
         LOG.info("day-2 lab deployed in %.0f s", time.monotonic() - started)

@@ -85,6 +85,7 @@ def deploy(env: dict[str, str], inventory: Path, phase: int, reports: Path) -> s
         str(inventory),
         "--report-dir",
         str(reports),
+        timeout=2700,  # a phase with monitoring and the services; CI's machine is slower
     )
     out = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, f"phase {phase} did not admit on its first run:\n{out}"
